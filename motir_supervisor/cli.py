@@ -1,0 +1,188 @@
+"""The ``motir-supervisor`` command: options, environment, logging, one-line errors.
+
+The only place that configures logging and reads the environment. It turns
+bad input into a one-line error and hands a validated :class:`Config` to the
+supervisor; it runs no SQL itself.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import sys
+
+import click
+import psycopg2
+
+from . import db
+from .config import Config, ConfigError
+from .supervisor import Supervisor
+
+DATABASE_ENV = ("MOTIR_DATABASE_URL", "DATABASE_URL")
+
+
+class DefaultToRun(click.Group):
+    """``motir-supervisor --workers 4`` means ``motir-supervisor run --workers 4``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # Skip the group's own options, then default the command to run.
+        i = 0
+        while i < len(args) and args[i].startswith("--log-level"):
+            i += 1 if "=" in args[i] else 2
+        rest = args[i:]
+        if not rest or (rest[0] not in self.commands and rest[0] not in ("--help", "-h")):
+            args = [*args[:i], "run", *rest]
+        return super().parse_args(ctx, args)
+
+
+def database_option(f):
+    return click.option(
+        "--database-url", envvar=list(DATABASE_ENV), show_envvar=True,
+        help="PostgreSQL URL (the Fly convention is DATABASE_URL).")(f)
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()), stream=sys.stderr,
+        format="%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s")
+
+
+def require_database(url: str | None) -> str:
+    if not url:
+        raise click.ClickException("no database: pass --database-url or set DATABASE_URL")
+    return url
+
+
+def database_error(exc: psycopg2.Error, url: str) -> click.ClickException:
+    return click.ClickException(
+        f"database {db.describe_dsn(url)}: {db.one_line(exc, url)}")
+
+
+@click.group(cls=DefaultToRun, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--log-level", envvar="MOTIR_LOG_LEVEL", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
+def main(log_level: str) -> None:
+    """Run Motir's background jobs from the PostgreSQL table job_queue."""
+    configure_logging(log_level)
+
+
+@main.command()
+@database_option
+@click.option("--workers", envvar="MOTIR_WORKERS", type=int, default=4, show_default=True,
+              help="Child worker processes.")
+@click.option("--app", "apps", envvar="MOTIR_APP", multiple=True,
+              help="Module that registers handlers (repeatable).")
+@click.option("--queue", "queues", envvar="MOTIR_QUEUE", multiple=True,
+              help="Only claim jobs of this queue (repeatable; default: all).")
+@click.option("--lease-seconds", envvar="MOTIR_LEASE_SECONDS", type=float, default=30.0,
+              show_default=True, help="How long a claim stays valid without renewal.")
+@click.option("--drain-seconds", envvar="MOTIR_DRAIN_SECONDS", type=float, default=25.0,
+              show_default=True, help="On SIGTERM, how long in-flight jobs may finish.")
+@click.option("--poll-seconds", envvar="MOTIR_POLL_SECONDS", type=float, default=10.0,
+              show_default=True, help="Longest idle wait between polls (NOTIFY wakes sooner).")
+@click.option("--retry-base-seconds", envvar="MOTIR_RETRY_BASE_SECONDS", type=float,
+              default=5.0, show_default=True,
+              help="First retry delay after a failure; doubles per attempt, with jitter.")
+def run(database_url, workers, apps, queues, lease_seconds, drain_seconds, poll_seconds,
+        retry_base_seconds) -> None:
+    """Run the supervisor and its workers until SIGTERM or SIGINT."""
+    try:
+        config = Config(
+            database_url=require_database(database_url), workers=workers, apps=tuple(apps),
+            queues=tuple(queues), lease_seconds=lease_seconds, drain_seconds=drain_seconds,
+            poll_seconds=poll_seconds, retry_base_seconds=retry_base_seconds)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    for module in config.apps:
+        if not _module_exists(module):
+            raise click.ClickException(f"cannot import --app module {module!r}: no such module")
+    store = db.JobStore(config.database_url)
+    try:
+        if not store.schema_is_current():
+            raise click.ClickException(
+                "the job_queue schema is missing or out of date: run `motir-supervisor migrate`")
+    except psycopg2.Error as exc:
+        raise database_error(exc, config.database_url) from None
+    finally:
+        store.close()
+    sys.exit(Supervisor(config).run())
+
+
+def _module_exists(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+@main.command()
+@database_option
+def migrate(database_url) -> None:
+    """Create or upgrade the schema; running it again changes nothing."""
+    url = require_database(database_url)
+    store = db.JobStore(url, application_name="motir-supervisor migrate")
+    try:
+        applied = store.migrate()
+    except psycopg2.Error as exc:
+        raise database_error(exc, url) from None
+    finally:
+        store.close()
+    if applied:
+        for migration in applied:
+            click.echo(f"applied {migration.version:04d}_{migration.name}")
+    else:
+        click.echo("schema is up to date")
+
+
+@main.command()
+@database_option
+@click.argument("kind")
+@click.option("--payload", default="{}", help="JSON input of the handler.")
+@click.option("--delay", type=click.FloatRange(min=0), default=0.0,
+              help="Seconds before the job is due.")
+@click.option("--queue", default="default", show_default=True)
+@click.option("--max-attempts", type=click.IntRange(min=1), default=None,
+              help="Runs before the job ends failed (default: the schema's).")
+def enqueue(database_url, kind, payload, delay, queue, max_attempts) -> None:
+    """Insert one job and print its id."""
+    url = require_database(database_url)
+    try:
+        decoded = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise click.ClickException(f"--payload is not valid JSON: {exc}") from None
+    store = db.JobStore(url, application_name="motir-supervisor enqueue")
+    try:
+        job_id = store.enqueue(kind, decoded, queue=queue, delay_seconds=delay,
+                               max_attempts=max_attempts)
+    except psycopg2.Error as exc:
+        raise database_error(exc, url) from None
+    finally:
+        store.close()
+    click.echo(job_id)
+
+
+@main.command()
+@database_option
+def status(database_url) -> None:
+    """Queue depth, the oldest due job, running jobs and expired leases."""
+    url = require_database(database_url)
+    store = db.JobStore(url, application_name="motir-supervisor status")
+    try:
+        report = store.queue_status()
+    except psycopg2.Error as exc:
+        raise database_error(exc, url) from None
+    finally:
+        store.close()
+    click.echo("jobs by queue and state:")
+    if not report["counts"]:
+        click.echo("  (none)")
+    for queue, state, count in report["counts"]:
+        click.echo(f"  {queue:<20} {state:<10} {count:>10}")
+    oldest = report["oldest_due_seconds"]
+    click.echo("oldest due job: " + ("none" if oldest is None else f"waiting {oldest:.1f}s"))
+    click.echo(f"running: {len(report['running'])}")
+    for job_id, queue, kind, attempts, claimant, lease_left in report["running"]:
+        click.echo(f"  job {job_id} {kind} ({queue}) attempt {attempts} by {claimant},"
+                   f" lease {'expired' if lease_left < 0 else f'{lease_left:.0f}s left'}")
+    click.echo(f"expired leases: {report['expired_leases']}")

@@ -1,0 +1,77 @@
+"""The supervisor's settings: one frozen value, validated once, read everywhere.
+
+It reads no environment and opens nothing; the CLI builds it from options and
+environment variables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work; the message is one line for the operator."""
+
+
+# A claim stays valid for LEASE_SECONDS unless its worker renews it, and the
+# worker renews every third of the lease. So two renewals in a row can be
+# lost (a network stall, a failover, a stop-the-world pause) before anyone
+# may take the job over; a machine that vanished costs at most one lease plus
+# one reaper pass before its jobs run elsewhere. A worker that merely dies is
+# not waited for at all: its own supervisor releases its claims at once.
+# 30 s keeps renewal traffic negligible (one UPDATE per running job every
+# 10 s) while a lost machine's jobs return within about 45 s.
+LEASE_SECONDS = 30.0
+RENEWALS_PER_LEASE = 3
+# Below this a renewal interval (lease / 3) is shorter than one slow round
+# trip plus a reconnect, and leases would expire under healthy workers.
+MIN_LEASE_SECONDS = 3.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    #: libpq URL or key=value string; the password never leaves this field.
+    database_url: str
+    #: Child worker processes the supervisor keeps alive.
+    workers: int = 4
+    #: Modules imported in each worker to register handlers.
+    apps: tuple[str, ...] = ()
+    #: Queues to claim from; empty means all.
+    queues: tuple[str, ...] = ()
+    #: How long a claim stays valid without renewal (see LEASE_SECONDS).
+    lease_seconds: float = LEASE_SECONDS
+    #: On SIGTERM, how long in-flight jobs may run before their claims are released.
+    drain_seconds: float = 25.0
+    #: Longest idle wait between polls; wake-ups normally come from NOTIFY.
+    poll_seconds: float = 10.0
+    #: First retry delay after a failure; doubles each attempt (with jitter).
+    retry_base_seconds: float = 5.0
+    #: Cap of the retry delay.
+    retry_max_seconds: float = 3600.0
+
+    def __post_init__(self) -> None:
+        if not self.database_url:
+            raise ConfigError("no database: pass --database-url or set DATABASE_URL")
+        if not 1 <= self.workers <= 256:
+            raise ConfigError(f"--workers must be between 1 and 256, got {self.workers}")
+        if self.lease_seconds < MIN_LEASE_SECONDS:
+            raise ConfigError(
+                f"--lease-seconds must be at least {MIN_LEASE_SECONDS:g}: the lease is renewed "
+                f"every third of it, and shorter renewals cannot keep up with a slow round trip"
+            )
+        if self.drain_seconds < 0:
+            raise ConfigError(f"--drain-seconds cannot be negative, got {self.drain_seconds:g}")
+        if self.poll_seconds <= 0:
+            raise ConfigError(f"--poll-seconds must be positive, got {self.poll_seconds:g}")
+        if self.retry_base_seconds < 0 or self.retry_max_seconds < self.retry_base_seconds:
+            raise ConfigError("retry delays must satisfy 0 <= base <= max")
+
+    @property
+    def renew_every(self) -> float:
+        """Seconds between lease renewals of a running job (see LEASE_SECONDS)."""
+        return self.lease_seconds / RENEWALS_PER_LEASE
+
+    @property
+    def reaper_every(self) -> float:
+        """Seconds between reaper passes: expired leases wait at most this long."""
+        return min(max(self.lease_seconds / 2, 1.0), 15.0)

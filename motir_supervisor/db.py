@@ -1,0 +1,284 @@
+"""The one module that talks to PostgreSQL.
+
+It owns connections and runs the named statements of ``sql/queries.sql`` and
+the migrations beside it. Everything else calls the verbs of :class:`JobStore`
+and never holds SQL text. It does no forking, no signal handling and runs no
+handler code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.resources
+import logging
+import re
+import select
+from typing import Any, Iterable, Sequence
+
+import psycopg2
+import psycopg2.errors
+import psycopg2.extensions
+import psycopg2.extras
+
+log = logging.getLogger(__name__)
+
+#: The channel the job_queue triggers notify (see migrations/0001).
+WAKEUP_CHANNEL = "motir_job_queue"
+
+#: Errors after which the connection is unusable and must be opened again.
+CONNECTION_ERRORS = (psycopg2.OperationalError, psycopg2.InterfaceError)
+
+_BLOCK_HEADER = re.compile(r"^-- ([a-z_]+) --$", re.MULTILINE)
+
+
+def _load_queries() -> dict[str, str]:
+    text = importlib.resources.files(__package__).joinpath("sql/queries.sql").read_text()
+    parts = _BLOCK_HEADER.split(text)
+    # parts = [preamble, name1, body1, name2, body2, ...]
+    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2])}
+
+
+QUERIES: dict[str, str] = _load_queries()
+
+
+@dataclasses.dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+def load_migrations() -> list[Migration]:
+    folder = importlib.resources.files(__package__).joinpath("sql/migrations")
+    migrations = []
+    for entry in folder.iterdir():
+        match = re.fullmatch(r"(\d{4})_([a-z0-9_]+)\.sql", entry.name)
+        if match:
+            migrations.append(Migration(int(match[1]), match[2], entry.read_text()))
+    return sorted(migrations, key=lambda m: m.version)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimedJob:
+    """A row as the claim returned it: ours until we record its outcome."""
+
+    id: int
+    queue: str
+    kind: str
+    payload: Any
+    attempt: int
+    max_attempts: int
+    checkpoint_data: Any
+
+
+def describe_dsn(dsn: str) -> str:
+    """``user@host:port/dbname`` for logs and titles: never the password."""
+    try:
+        params = psycopg2.extensions.parse_dsn(dsn)
+    except psycopg2.ProgrammingError:
+        return "<unparsable database URL>"
+    host = params.get("host", "local socket")
+    port = params.get("port", "5432")
+    user = params.get("user", "")
+    where = f"{host}:{port}/{params.get('dbname', '')}"
+    return f"{user}@{where}" if user else where
+
+
+def scrub(message: str, dsn: str) -> str:
+    """Remove the password of ``dsn`` from an error message, whatever its form."""
+    try:
+        password = psycopg2.extensions.parse_dsn(dsn).get("password")
+    except psycopg2.ProgrammingError:
+        password = None
+    if not password:
+        # An unparsable URL may still carry one: hide whatever stands
+        # between "user:" and "@".
+        return re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", message)
+    return message.replace(password, "***")
+
+
+def one_line(error: BaseException, dsn: str) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    return scrub(text, dsn)
+
+
+def connect(dsn: str, application_name: str) -> psycopg2.extensions.connection:
+    """Open an autocommit connection that notices a dead peer.
+
+    Each statement of ours is its own transaction (the claim is a single
+    statement), so autocommit costs nothing and leaves no transaction open
+    while a handler runs. The TCP keepalives and the user timeout bound how
+    long a half-open connection (a failed-over or unplugged server) can hang
+    a worker: about 20 s instead of the kernel's two hours.
+    """
+    conn = psycopg2.connect(
+        dsn,
+        application_name=application_name[:63],
+        connect_timeout=5,
+        keepalives=1,
+        keepalives_idle=5,
+        keepalives_interval=5,
+        keepalives_count=3,
+        tcp_user_timeout=20000,
+    )
+    conn.autocommit = True
+    return conn
+
+
+class JobStore:
+    """The verbs the supervisor, the reaper and the workers use on job_queue."""
+
+    def __init__(self, dsn: str, application_name: str = "motir-supervisor"):
+        self.dsn = dsn
+        self.application_name = application_name
+        self._conn: psycopg2.extensions.connection | None = None
+
+    # -- connection ---------------------------------------------------------
+
+    @property
+    def conn(self) -> psycopg2.extensions.connection:
+        if self._conn is None or self._conn.closed:
+            self._conn = connect(self.dsn, self.application_name)
+        return self._conn
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None and not self._conn.closed
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except psycopg2.Error:
+                pass
+            self._conn = None
+
+    def _run(self, name: str, params: dict[str, Any] | None = None) -> list[tuple]:
+        with self.conn.cursor() as cur:
+            cur.execute(QUERIES[name], params)
+            return cur.fetchall() if cur.description else []
+
+    # -- wake-ups -----------------------------------------------------------
+
+    def listen(self) -> None:
+        with self.conn.cursor() as cur:
+            cur.execute(f"LISTEN {WAKEUP_CHANNEL}")
+
+    def fileno(self) -> int:
+        return self.conn.fileno()
+
+    def take_notifications(self) -> list[str]:
+        """Read what arrived on the socket; return the queue names notified."""
+        conn = self.conn
+        conn.poll()
+        queues = [n.payload for n in conn.notifies]
+        conn.notifies.clear()
+        return queues
+
+    def wait_readable(self, extra_fds: Sequence[int], timeout: float) -> list[int]:
+        """Wait for a notification or for one of ``extra_fds``; return the ready ones."""
+        ready, _, _ = select.select([self.fileno(), *extra_fds], [], [], max(timeout, 0))
+        return ready
+
+    # -- the claim and the outcomes ------------------------------------------
+
+    def claim_due_jobs(self, claimant: str, limit: int, lease_seconds: float,
+                       queues: Sequence[str] | None) -> list[ClaimedJob]:
+        rows = self._run("claim_due_jobs", {
+            "claimant": claimant, "limit": limit, "lease_seconds": lease_seconds,
+            "queues": list(queues) if queues else None,
+        })
+        return [ClaimedJob(*row) for row in rows]
+
+    def seconds_until_next_due(self, queues: Sequence[str] | None) -> float | None:
+        """None when no pending job exists; negative when one is due already."""
+        rows = self._run("seconds_until_next_due", {"queues": list(queues) if queues else None})
+        return rows[0][0]
+
+    def renew_leases(self, claimant: str, ids: Iterable[int], lease_seconds: float) -> set[int]:
+        rows = self._run("renew_leases", {
+            "claimant": claimant, "ids": list(ids), "lease_seconds": lease_seconds})
+        return {row[0] for row in rows}
+
+    def mark_succeeded(self, job_id: int, claimant: str) -> bool:
+        """False when the claim was no longer ours: the write changed nothing."""
+        return bool(self._run("mark_succeeded", {"id": job_id, "claimant": claimant}))
+
+    def mark_failed_attempt(self, job_id: int, claimant: str, error: str,
+                            retry_in_seconds: float, permanent: bool) -> str | None:
+        """The state the job went to (pending or failed); None if no longer ours."""
+        rows = self._run("mark_failed_attempt", {
+            "id": job_id, "claimant": claimant, "error": error,
+            "retry_in_seconds": retry_in_seconds, "permanent": permanent})
+        return rows[0][0] if rows else None
+
+    def save_checkpoint(self, job_id: int, claimant: str, data: Any) -> bool:
+        return bool(self._run("save_checkpoint", {
+            "id": job_id, "claimant": claimant, "checkpoint": psycopg2.extras.Json(data)}))
+
+    def release_claims_of(self, claimants: Sequence[str]) -> list[int]:
+        """Give unfinished jobs back without spending an attempt (a drain)."""
+        return [row[0] for row in self._run("release_claims_of", {"claimants": list(claimants)})]
+
+    def fail_claims_of_dead(self, claimants: Sequence[str], error: str) -> list[tuple[int, str]]:
+        """Give back the jobs of a dead claimant, spending the attempt."""
+        return [tuple(r) for r in self._run("fail_claims_of_dead", {
+            "claimants": list(claimants), "error": error})]
+
+    def expire_stale_leases(self, limit: int = 500) -> list[tuple[int, str]]:
+        return [tuple(r) for r in self._run("expire_stale_leases", {"limit": limit})]
+
+    # -- producers and operators ---------------------------------------------
+
+    def enqueue(self, kind: str, payload: Any = None, *, queue: str = "default",
+                delay_seconds: float = 0, max_attempts: int | None = None) -> int:
+        params = {"kind": kind, "payload": psycopg2.extras.Json({} if payload is None else payload),
+                  "queue": queue, "delay_seconds": delay_seconds, "max_attempts": max_attempts}
+        name = "enqueue" if max_attempts is None else "enqueue_with_max_attempts"
+        return self._run(name, params)[0][0]
+
+    def queue_status(self) -> dict[str, Any]:
+        return {
+            "counts": self._run("status_counts"),
+            "oldest_due_seconds": self._run("status_oldest_due")[0][0],
+            "running": self._run("status_running"),
+            "expired_leases": self._run("status_expired_leases")[0][0],
+        }
+
+    # -- schema ----------------------------------------------------------------
+
+    def migrate(self) -> list[Migration]:
+        """Apply the migrations not applied yet, each in its own transaction."""
+        applied_now = []
+        self._run("lock_migrations")
+        try:
+            self._run("create_migrations_table")
+            done = {row[0] for row in self._run("applied_migrations")}
+            for migration in load_migrations():
+                if migration.version in done:
+                    continue
+                with self.conn.cursor() as cur:
+                    cur.execute("BEGIN")
+                    try:
+                        cur.execute(migration.sql)
+                        cur.execute(QUERIES["record_migration"],
+                                    {"version": migration.version, "name": migration.name})
+                        cur.execute("COMMIT")
+                    except BaseException:
+                        cur.execute("ROLLBACK")
+                        raise
+                applied_now.append(migration)
+        finally:
+            if self.connected:
+                self._run("unlock_migrations")
+        return applied_now
+
+    def schema_version(self) -> int:
+        """The newest migration applied; 0 on a database never migrated."""
+        try:
+            return self._run("schema_version")[0][0]
+        except psycopg2.errors.UndefinedTable:
+            return 0
+
+    def schema_is_current(self) -> bool:
+        return self.schema_version() >= load_migrations()[-1].version

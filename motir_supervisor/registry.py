@@ -1,0 +1,131 @@
+"""The handler registry and the job handle a handler receives.
+
+Only kinds registered here can run: a row names a kind, never code. This
+module runs no SQL; saving a checkpoint goes through the callback the worker
+gives the handle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import threading
+from typing import Any, Callable
+
+Handler = Callable[["Job"], Any]
+
+
+class PermanentFailure(Exception):
+    """Raise from a handler to fail the job now, without the remaining retries."""
+
+
+class Interrupted(Exception):
+    """Raise from a handler that saw ``j.stopping`` and saved a checkpoint.
+
+    The job goes back to pending at once without spending an attempt; its
+    next run starts from ``j.checkpoint_data``.
+    """
+
+
+@dataclasses.dataclass(frozen=True)
+class Registration:
+    kind: str
+    handler: Handler
+    #: Seconds a run may take before it is stopped and counted as a failed attempt.
+    timeout: float | None
+
+
+_registry: dict[str, Registration] = {}
+
+
+def job(kind: str, *, timeout: float | None = None) -> Callable[[Handler], Handler]:
+    """Register the decorated function as the handler of ``kind``.
+
+    >>> @job("send_email", timeout=60)
+    ... def send_email(j): ...
+    """
+    if not kind or not isinstance(kind, str):
+        raise ValueError("a job kind is a non-empty string")
+    if timeout is not None and timeout <= 0:
+        raise ValueError(f"timeout of {kind!r} must be positive, got {timeout!r}")
+
+    def register(handler: Handler) -> Handler:
+        existing = _registry.get(kind)
+        if existing is not None and _qualname(existing.handler) != _qualname(handler):
+            raise ValueError(f"job kind {kind!r} is already handled by {_qualname(existing.handler)}")
+        _registry[kind] = Registration(kind, handler, timeout)
+        return handler
+
+    return register
+
+
+def _qualname(handler: Handler) -> str:
+    return f"{handler.__module__}.{handler.__qualname__}"
+
+
+def registration_for(kind: str) -> Registration | None:
+    return _registry.get(kind)
+
+
+def registered_kinds() -> list[str]:
+    return sorted(_registry)
+
+
+class AppImportError(Exception):
+    """An --app module could not be imported: a configuration error."""
+
+
+def import_apps(modules: tuple[str, ...] | list[str]) -> None:
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except BaseException as exc:  # noqa: BLE001 - any failure is the app's, name it
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            reason = " ".join(str(exc).split())
+            raise AppImportError(
+                f"cannot import --app module {module!r}: {type(exc).__name__}: {reason}"
+            ) from None
+
+
+class Job:
+    """What a handler receives: the job's values and its drain cooperation.
+
+    ``stopping`` turns true when the worker was asked to stop (a deploy's
+    SIGTERM) or the job was taken from it; a long handler checks it, saves its
+    progress with ``checkpoint(data)`` and returns. The next run of the job
+    finds that progress in ``checkpoint_data``.
+    """
+
+    __slots__ = ("id", "kind", "queue", "payload", "attempt", "max_attempts",
+                 "checkpoint_data", "_stopping", "_save_checkpoint")
+
+    def __init__(self, *, id: int, kind: str, queue: str, payload: Any, attempt: int,
+                 max_attempts: int, checkpoint_data: Any, stopping: threading.Event,
+                 save_checkpoint: Callable[[Any], bool]):
+        self.id = id
+        self.kind = kind
+        self.queue = queue
+        self.payload = payload
+        self.attempt = attempt
+        self.max_attempts = max_attempts
+        self.checkpoint_data = checkpoint_data
+        self._stopping = stopping
+        self._save_checkpoint = save_checkpoint
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def checkpoint(self, data: Any) -> None:
+        """Persist progress (any JSON value) in the job's row.
+
+        Raises RuntimeError when the claim is no longer this worker's: the
+        progress belongs to whoever runs the job now.
+        """
+        if not self._save_checkpoint(data):
+            raise RuntimeError(f"job {self.id} is no longer claimed by this worker")
+        self.checkpoint_data = data
+
+    def __repr__(self) -> str:
+        return f"<Job {self.id} {self.kind} attempt {self.attempt}/{self.max_attempts}>"

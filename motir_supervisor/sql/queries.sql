@@ -1,0 +1,191 @@
+-- Every statement the package runs, as named blocks: a line "-- name --"
+-- starts a block. Python code looks them up by name (see db.py) and never
+-- builds SQL text. Parameters are psycopg2 %(name)s placeholders.
+
+-- claim_due_jobs --
+-- One statement, hence one transaction: it locks due rows, skipping rows
+-- another worker holds, and writes the claim before anything else can see
+-- them. The handler runs only after it commits. MATERIALIZED keeps the
+-- locked id list a single evaluation, whatever the planner would inline.
+WITH due AS MATERIALIZED (
+    SELECT id
+    FROM job_queue
+    WHERE state = 'pending'
+      AND run_at <= now()
+      AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+    ORDER BY run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE job_queue AS j
+SET state = 'running',
+    locked_by = %(claimant)s,
+    lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+    attempts = j.attempts + 1,
+    started_at = now()
+FROM due
+WHERE j.id = due.id
+RETURNING j.id, j.queue, j.kind, j.payload, j.attempts, j.max_attempts, j.checkpoint;
+
+-- seconds_until_next_due --
+-- How long until the earliest pending job of these queues is due (negative
+-- when one is due already): an idle worker sleeps no longer than that. The
+-- database's clock decides, so a skewed worker clock does not matter.
+SELECT extract(epoch FROM min(run_at) - clock_timestamp())::float8
+FROM job_queue
+WHERE state = 'pending'
+  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]));
+
+-- renew_leases --
+-- Fenced on the claimant: a lease another process took over is not renewed,
+-- and the ids missing from the result tell the worker it lost them.
+UPDATE job_queue
+SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s)
+WHERE id = ANY(%(ids)s::bigint[])
+  AND locked_by = %(claimant)s
+  AND state = 'running'
+RETURNING id;
+
+-- mark_succeeded --
+UPDATE job_queue
+SET state = 'succeeded',
+    finished_at = now(),
+    locked_by = NULL,
+    lease_expires_at = NULL,
+    last_error = NULL
+WHERE id = %(id)s
+  AND locked_by = %(claimant)s
+  AND state = 'running'
+RETURNING state;
+
+-- mark_failed_attempt --
+-- A failed run: back to pending after the backoff, or failed for good when
+-- this was the last attempt or the handler asked for no retry.
+UPDATE job_queue
+SET state = CASE WHEN %(permanent)s OR attempts >= max_attempts
+                 THEN 'failed' ELSE 'pending' END,
+    run_at = CASE WHEN %(permanent)s OR attempts >= max_attempts
+                  THEN run_at ELSE now() + make_interval(secs => %(retry_in_seconds)s) END,
+    finished_at = CASE WHEN %(permanent)s OR attempts >= max_attempts
+                       THEN now() END,
+    last_error = %(error)s,
+    locked_by = NULL,
+    lease_expires_at = NULL
+WHERE id = %(id)s
+  AND locked_by = %(claimant)s
+  AND state = 'running'
+RETURNING state;
+
+-- save_checkpoint --
+UPDATE job_queue
+SET checkpoint = %(checkpoint)s
+WHERE id = %(id)s
+  AND locked_by = %(claimant)s
+  AND state = 'running'
+RETURNING id;
+
+-- release_claims_of --
+-- A drain gives the jobs back unfinished: due again at once, and the attempt
+-- is handed back too, because a deploy is not the job's failure.
+UPDATE job_queue
+SET state = 'pending',
+    attempts = greatest(attempts - 1, 0),
+    locked_by = NULL,
+    lease_expires_at = NULL
+WHERE locked_by = ANY(%(claimants)s::text[])
+  AND state = 'running'
+RETURNING id;
+
+-- fail_claims_of_dead --
+-- The claimant died mid-run (killed, out of memory, crashed). The attempt
+-- counts, so a job that kills its worker every time runs out of attempts
+-- instead of crash-looping the fleet.
+UPDATE job_queue
+SET state = CASE WHEN attempts >= max_attempts THEN 'failed' ELSE 'pending' END,
+    finished_at = CASE WHEN attempts >= max_attempts THEN now() END,
+    last_error = %(error)s,
+    locked_by = NULL,
+    lease_expires_at = NULL
+WHERE locked_by = ANY(%(claimants)s::text[])
+  AND state = 'running'
+RETURNING id, state;
+
+-- expire_stale_leases --
+-- Any number of supervisors run this at once: SKIP LOCKED hands each batch to
+-- one of them, and nobody waits on a lock another reaper holds.
+WITH stale AS MATERIALIZED (
+    SELECT id
+    FROM job_queue
+    WHERE state = 'running'
+      AND lease_expires_at < now()
+    ORDER BY lease_expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE job_queue AS j
+SET state = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
+    finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+    last_error = 'lease of ' || j.locked_by || ' expired at ' || j.lease_expires_at::text,
+    locked_by = NULL,
+    lease_expires_at = NULL
+FROM stale
+WHERE j.id = stale.id
+RETURNING j.id, j.state;
+
+-- enqueue --
+-- max_attempts is left to the column default, which has one home: the schema.
+INSERT INTO job_queue (kind, payload, queue, run_at)
+VALUES (%(kind)s, %(payload)s, %(queue)s, now() + make_interval(secs => %(delay_seconds)s))
+RETURNING id;
+
+-- enqueue_with_max_attempts --
+INSERT INTO job_queue (kind, payload, queue, run_at, max_attempts)
+VALUES (%(kind)s, %(payload)s, %(queue)s, now() + make_interval(secs => %(delay_seconds)s),
+        %(max_attempts)s)
+RETURNING id;
+
+-- status_counts --
+SELECT queue, state, count(*)
+FROM job_queue
+GROUP BY queue, state
+ORDER BY queue, state;
+
+-- status_oldest_due --
+SELECT extract(epoch FROM now() - min(run_at))
+FROM job_queue
+WHERE state = 'pending' AND run_at <= now();
+
+-- status_running --
+SELECT id, queue, kind, attempts, locked_by,
+       extract(epoch FROM lease_expires_at - now()) AS lease_left
+FROM job_queue
+WHERE state = 'running'
+ORDER BY started_at, id;
+
+-- status_expired_leases --
+SELECT count(*)
+FROM job_queue
+WHERE state = 'running' AND lease_expires_at < now();
+
+-- lock_migrations --
+-- Two deploys migrating at once: the second waits here, then finds the work done.
+SELECT pg_advisory_lock(hashtext('motir_supervisor.migrate'));
+
+-- unlock_migrations --
+SELECT pg_advisory_unlock(hashtext('motir_supervisor.migrate'));
+
+-- create_migrations_table --
+CREATE TABLE IF NOT EXISTS motir_schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- applied_migrations --
+SELECT version FROM motir_schema_migrations ORDER BY version;
+
+-- schema_version --
+SELECT coalesce(max(version), 0) FROM motir_schema_migrations;
+
+-- record_migration --
+INSERT INTO motir_schema_migrations (version, name) VALUES (%(version)s, %(name)s);

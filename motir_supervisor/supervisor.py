@@ -1,0 +1,314 @@
+"""The parent process: fork workers, forward signals, restart the dead, reap leases.
+
+It runs no job and holds no SQL: what it asks of the database (releasing a
+dead worker's claims, expiring stale leases) goes through :mod:`db`. Its own
+connection is closed before every fork, so no connection crosses one.
+Signal handlers only record the signal; the loop does the work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import secrets
+import select
+import signal
+import socket
+import sys
+import time
+
+import setproctitle
+
+from . import db
+from .reaper import Reaper
+from .config import Config
+from .worker import EXIT_BOOT_FAILURE, EXIT_OK, EXIT_RECYCLE, Worker
+
+log = logging.getLogger(__name__)
+
+#: A worker that dies sooner than this after starting counts toward a crash
+#: streak, and a streak delays the next restart (0.5 s, 1 s, 2 s ... 30 s).
+CRASH_WINDOW_SECONDS = 30.0
+MAX_RESPAWN_DELAY = 30.0
+#: After the drain, how long workers get to write their releases and exit
+#: before they are killed and the supervisor releases for them.
+EXIT_GRACE_SECONDS = 3.0
+#: A second stop signal gives workers this long to release and exit.
+ABORT_GRACE_SECONDS = 3.0
+#: Longest sleep of the loop, so timers are never far off.
+MAX_TICK_SECONDS = 1.0
+
+
+@dataclasses.dataclass
+class Child:
+    index: int
+    pid: int
+    claimant: str
+    started_at: float
+    #: Asked to stop by us (shutdown, or fewer workers wanted): its
+    #: unfinished jobs are given back without spending an attempt.
+    retiring: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class PendingRelease:
+    claimant: str
+    #: None: give the jobs back as a drain would; else the dead worker's error.
+    death: str | None
+
+
+def describe_exit(status: int) -> tuple[int, str]:
+    """(exit code, words) from a waitpid status; a signal gives a negative code."""
+    code = os.waitstatus_to_exitcode(status)
+    if code >= 0:
+        return code, f"exited with code {code}"
+    name = signal.Signals(-code).name
+    words = f"was killed by {name}"
+    if -code == signal.SIGKILL:
+        words += " (perhaps out of memory?)"
+    return code, words
+
+
+class Supervisor:
+    def __init__(self, config: Config):
+        self.config = config
+        self.target_workers = config.workers
+        self.children: dict[int, Child] = {}
+        self.store = db.JobStore(config.database_url, application_name="motir-supervisor master")
+        self.identity = ""
+        self._signals: list[int] = []
+        self._wake_r = self._wake_w = -1
+        self.stopping = False
+        self.stop_deadline = float("inf")
+        self.boot_failed = False
+        self.pending_releases: list[PendingRelease] = []
+        self.crash_streak = 0
+        self.respawn_at = 0.0
+        self.reaper = Reaper(self.store, config.reaper_every)
+
+    # -- the loop -------------------------------------------------------------
+
+    def run(self) -> int:
+        self.identity = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
+        self._install_signals()
+        log.info("supervisor %s starting %d workers on %s", self.identity, self.target_workers,
+                 db.describe_dsn(self.config.database_url))
+        while True:
+            self.handle_signals()
+            self.reap_workers()
+            self.release_claims_of_exited()
+            if self.stopping:
+                if not self.children:
+                    break
+                if time.monotonic() >= self.stop_deadline:
+                    self.kill_workers(signal.SIGKILL)
+            else:
+                self.manage_workers()
+                self.reaper.run_when_due()
+            self._title()
+            self.sleep(self._next_wakeup())
+        self.release_claims_of_exited(final=True)
+        self.store.close()
+        if self.boot_failed:
+            log.error("stopped: a worker could not boot (see the error above)")
+            return 1
+        log.info("supervisor stopped")
+        return 0
+
+    def _next_wakeup(self) -> float:
+        now = time.monotonic()
+        timers = [now + MAX_TICK_SECONDS]
+        if self.stopping:
+            timers.append(self.stop_deadline)
+        else:
+            timers.append(self.reaper.next_pass)
+            if len(self.children) < self.target_workers:
+                timers.append(self.respawn_at)
+        return max(min(timers) - now, 0.0)
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            select.select([self._wake_r], [], [], seconds)
+        try:
+            while os.read(self._wake_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _title(self) -> None:
+        state = "draining" if self.stopping else "running"
+        setproctitle.setproctitle(
+            f"motir-supervisor: master {state}, {len(self.children)}/{self.target_workers} workers")
+
+    # -- signals --------------------------------------------------------------
+
+    def _install_signals(self) -> None:
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        signal.set_wakeup_fd(self._wake_w)
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGTTIN,
+                       signal.SIGTTOU, signal.SIGCHLD):
+            signal.signal(signum, self._record_signal)
+
+    def _record_signal(self, signum: int, frame: object) -> None:
+        self._signals.append(signum)
+
+    def handle_signals(self) -> None:
+        while self._signals:
+            signum = self._signals.pop(0)
+            if signum in (signal.SIGTERM, signal.SIGINT) and not self.stopping:
+                self.begin_drain(signal.Signals(signum).name)
+            elif signum in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+                self.abort_drain(signal.Signals(signum).name)
+            elif signum == signal.SIGTTIN and not self.stopping:
+                self.target_workers += 1
+                log.info("SIGTTIN: now %d workers", self.target_workers)
+            elif signum == signal.SIGTTOU and not self.stopping:
+                self.target_workers = max(1, self.target_workers - 1)
+                log.info("SIGTTOU: now %d workers", self.target_workers)
+
+    def begin_drain(self, why: str) -> None:
+        self.stopping = True
+        self.stop_deadline = time.monotonic() + self.config.drain_seconds + EXIT_GRACE_SECONDS
+        log.info("%s: draining %d workers, in-flight jobs get %gs", why, len(self.children),
+                 self.config.drain_seconds)
+        self.signal_workers(signal.SIGTERM)
+
+    def abort_drain(self, why: str) -> None:
+        self.stopping = True
+        self.stop_deadline = min(self.stop_deadline, time.monotonic() + ABORT_GRACE_SECONDS)
+        log.info("%s: releasing unfinished jobs now", why)
+        self.signal_workers(signal.SIGQUIT)
+
+    def signal_workers(self, signum: int) -> None:
+        for child in self.children.values():
+            child.retiring = True
+            self._kill(child.pid, signum)
+
+    def kill_workers(self, signum: int) -> None:
+        for child in self.children.values():
+            log.warning("worker %d (pid %d) did not exit in time; killing it", child.index,
+                        child.pid)
+            child.retiring = True
+            self._kill(child.pid, signum)
+        self.stop_deadline = float("inf")  # the kills are reaped on SIGCHLD
+
+    @staticmethod
+    def _kill(pid: int, signum: int) -> None:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+    # -- workers --------------------------------------------------------------
+
+    def manage_workers(self) -> None:
+        now = time.monotonic()
+        while len(self.children) < self.target_workers and now >= self.respawn_at:
+            self.spawn_worker(self._free_index())
+        active = sorted((c for c in self.children.values() if not c.retiring),
+                        key=lambda c: c.index)
+        for child in active[self.target_workers:]:
+            log.info("retiring worker %d (pid %d)", child.index, child.pid)
+            child.retiring = True
+            self._kill(child.pid, signal.SIGTERM)
+
+    def _free_index(self) -> int:
+        used = {c.index for c in self.children.values()}
+        return next(i for i in range(1, len(used) + 2) if i not in used)
+
+    def claimant_of(self, index: int, pid: int) -> str:
+        return f"{self.identity}/w{index}:{pid}"
+
+    def spawn_worker(self, index: int) -> None:
+        self.store.close()  # no database connection crosses a fork
+        parent_pid = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            self._become_worker(index, parent_pid)
+        self.children[pid] = Child(index, pid, self.claimant_of(index, pid), time.monotonic())
+        log.info("worker %d started (pid %d)", index, pid)
+
+    def _become_worker(self, index: int, parent_pid: int) -> None:
+        code = 70  # EX_SOFTWARE: the worker itself broke
+        try:
+            signal.set_wakeup_fd(-1)
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+            worker = Worker(self.config, index, self.claimant_of(index, os.getpid()), parent_pid)
+            code = worker.run()
+        except BaseException:  # noqa: BLE001 - whatever it was, this process ends here
+            log.exception("worker %d crashed", index)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+
+    def reap_workers(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            child = self.children.pop(pid, None)
+            if child is not None:
+                self.worker_exited(child, status)
+
+    def worker_exited(self, child: Child, status: int) -> None:
+        code, words = describe_exit(status)
+        lived = time.monotonic() - child.started_at
+        if code == EXIT_BOOT_FAILURE:
+            self.boot_failed = True
+            if not self.stopping:
+                self.begin_drain("configuration error")
+            return
+        if code in (EXIT_OK, EXIT_RECYCLE) or child.retiring:
+            level = logging.INFO if code in (EXIT_OK, EXIT_RECYCLE) else logging.WARNING
+            log.log(level, "worker %d (pid %d) %s", child.index, child.pid, words)
+            self.pending_releases.append(PendingRelease(child.claimant, None))
+            return
+        log.error("worker %d (pid %d) %s after %.1fs; releasing its claims", child.index,
+                  child.pid, words, lived)
+        self.pending_releases.append(
+            PendingRelease(child.claimant, f"worker {child.claimant} {words} while running it"))
+        self.crash_streak = self.crash_streak + 1 if lived < CRASH_WINDOW_SECONDS else 1
+        delay = 0.0 if self.crash_streak <= 1 else min(
+            MAX_RESPAWN_DELAY, 0.5 * 2 ** (self.crash_streak - 2))
+        if delay:
+            log.warning("workers keep dying (%d in a row); next start in %.1fs",
+                        self.crash_streak, delay)
+        self.respawn_at = time.monotonic() + delay
+
+    # -- database chores ------------------------------------------------------
+
+    def release_claims_of_exited(self, final: bool = False) -> None:
+        """Give back the jobs of exited workers; keep what fails for the next turn."""
+        attempts = 5 if final else 1
+        for attempt in range(attempts):
+            if not self.pending_releases:
+                return
+            try:
+                while self.pending_releases:
+                    item = self.pending_releases[0]
+                    if item.death is None:
+                        ids = self.store.release_claims_of([item.claimant])
+                        if ids:
+                            log.warning("released unfinished jobs %s of %s", ids, item.claimant)
+                    else:
+                        rows = self.store.fail_claims_of_dead([item.claimant], item.death)
+                        for job_id, state in rows:
+                            log.warning("job %d of a dead worker is now %s", job_id, state)
+                    self.pending_releases.pop(0)
+            except db.CONNECTION_ERRORS as exc:
+                self.store.close()
+                log.warning("could not release claims of exited workers yet: %s",
+                            db.one_line(exc, self.config.database_url))
+                if final and attempt + 1 < attempts:
+                    time.sleep(1)
+        if final and self.pending_releases:
+            log.error("gave up releasing %d claims; their leases will expire",
+                      len(self.pending_releases))

@@ -1,0 +1,84 @@
+"""Handlers the integration tests run. Each execution is recorded in the
+table test_executions (created by the tests) through a connection this
+worker process opens for itself after the fork."""
+
+import os
+import signal
+import time
+
+import psycopg2
+import psycopg2.extras
+
+from motir_supervisor import Interrupted, PermanentFailure, job
+
+_conn = None
+
+
+def _sql(statement, params=()):
+    global _conn
+    if _conn is None or _conn.closed:
+        _conn = psycopg2.connect(os.environ["DATABASE_URL"])
+        _conn.autocommit = True
+    with _conn.cursor() as cur:
+        cur.execute(statement, params)
+        return cur.fetchone() if cur.description else None
+
+
+def _record_start(j):
+    return _sql("INSERT INTO test_executions (job_id, attempt, pid, checkpoint)"
+                " VALUES (%s, %s, %s, %s) RETURNING execution_id",
+                (j.id, j.attempt, os.getpid(), psycopg2.extras.Json(j.checkpoint_data)))[0]
+
+
+def _record_end(execution_id):
+    _sql("UPDATE test_executions SET finished_at = clock_timestamp() WHERE execution_id = %s",
+         (execution_id,))
+
+
+
+@job("record")
+def record(j):
+    execution = _record_start(j)
+    time.sleep(j.payload.get("sleep", 0))
+    if j.attempt < j.payload.get("fail_until_attempt", 0):
+        raise RuntimeError(f"failing attempt {j.attempt} on purpose")
+    _record_end(execution)
+
+
+@job("fail")
+def fail(j):
+    _record_start(j)
+    raise ValueError("boom")
+
+
+@job("permanent")
+def permanent(j):
+    _record_start(j)
+    raise PermanentFailure("this input can never work")
+
+
+@job("crash")
+def crash(j):
+    _record_start(j)
+    if j.attempt <= j.payload.get("crash_attempts", 1000):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@job("hang", timeout=0.5)
+def hang(j):
+    _record_start(j)
+    time.sleep(60)
+
+
+@job("steps")
+def steps(j):
+    """Counts to payload.steps, one step per payload.step_seconds, resumable."""
+    execution = _record_start(j)
+    done = (j.checkpoint_data or {}).get("step", 0)
+    while done < j.payload["steps"]:
+        if j.stopping:
+            j.checkpoint({"step": done})
+            raise Interrupted()
+        time.sleep(j.payload["step_seconds"])
+        done += 1
+    _record_end(execution)

@@ -1,0 +1,66 @@
+"""Starting real supervisor processes (the console script) for the tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from tests.helpers import wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class RunningSupervisor:
+    def __init__(self, database_url: str, *args: str, entry: list[str] | None = None,
+                 env: dict[str, str] | None = None):
+        self.log = tempfile.NamedTemporaryFile(prefix="motir-sup-", suffix=".log", delete=False)
+        command = entry or [sys.executable, "-m", "motir_supervisor"]
+        full_env = {**os.environ, "DATABASE_URL": database_url, "PYTHONPATH": str(ROOT),
+                    **(env or {})}
+        self.process = subprocess.Popen(
+            [*command, "--log-level", "debug", "run", "--app", "tests.apps.sample", *args],
+            env=full_env, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def output(self) -> str:
+        return Path(self.log.name).read_text(errors="replace")
+
+    def worker_pids(self) -> list[int]:
+        """The live children of this supervisor, from /proc."""
+        children = Path(f"/proc/{self.pid}/task/{self.pid}/children")
+        try:
+            return [int(p) for p in children.read_text().split()]
+        except FileNotFoundError:
+            return []
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    def wait(self, timeout: float) -> int:
+        return self.process.wait(timeout)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGQUIT)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        for pid in self.worker_pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        os.unlink(self.log.name)
+
+    def wait_for_workers(self, count: int, timeout: float = 10) -> list[int]:
+        return wait_until(lambda: len(self.worker_pids()) == count and self.worker_pids(),
+                          timeout, message=f"{count} workers")

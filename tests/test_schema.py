@@ -1,0 +1,114 @@
+"""The migrations give the schema the code expects; the trigger wakes workers."""
+
+import multiprocessing
+import select
+
+import psycopg2
+import pytest
+
+from motir_supervisor import db
+from tests.helpers import Sql
+
+pytestmark = pytest.mark.integration
+
+SPEC_COLUMNS = {
+    "id": "bigint", "queue": "text", "kind": "text", "payload": "jsonb", "state": "text",
+    "run_at": "timestamp with time zone", "attempts": "integer", "max_attempts": "integer",
+    "locked_by": "text", "lease_expires_at": "timestamp with time zone", "last_error": "text",
+    "created_at": "timestamp with time zone", "finished_at": "timestamp with time zone",
+    "checkpoint": "jsonb", "started_at": "timestamp with time zone",
+}
+
+
+def test_job_queue_has_every_column_of_the_spec(sql):
+    columns = dict(sql.rows("SELECT column_name, data_type FROM information_schema.columns"
+                            " WHERE table_name = 'job_queue'"))
+    assert columns == SPEC_COLUMNS
+
+
+def test_a_plain_insert_gets_the_documented_defaults(sql):
+    sql.rows("INSERT INTO job_queue (kind, payload) VALUES ('x', '{}')")
+    row = sql.rows("SELECT queue, state, attempts, max_attempts, run_at <= now(), payload"
+                   " FROM job_queue")[0]
+    assert row == ("default", "pending", 0, 5, True, {})
+
+
+def test_the_claim_uses_the_partial_index(sql):
+    sql.rows("INSERT INTO job_queue (kind, state, finished_at)"
+             " SELECT 'x', 'succeeded', now() FROM generate_series(1, 20000)")
+    sql.rows("INSERT INTO job_queue (kind) SELECT 'x' FROM generate_series(1, 10)")
+    sql.rows("ANALYZE job_queue")
+    plan = "\n".join(r[0] for r in sql.rows(
+        "EXPLAIN " + db.QUERIES["claim_due_jobs"],
+        {"claimant": "c", "limit": 1, "lease_seconds": 30, "queues": None}))
+    assert "job_queue_due" in plan
+
+
+def test_migrate_twice_is_a_no_op(database_url):
+    store = db.JobStore(database_url)
+    assert store.migrate() == []
+    assert store.schema_is_current()
+    store.close()
+
+
+def _migrate(url, barrier):
+    barrier.wait()
+    store = db.JobStore(url)
+    applied = len(store.migrate())
+    store.close()
+    return applied
+
+
+def test_concurrent_migrations_apply_each_step_once(pg):
+    url = pg.create_database("concurrent_migrate")
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Manager() as manager:
+        barrier = manager.Barrier(4)
+        with ctx.Pool(4) as pool:
+            applied = pool.starmap(_migrate, [(url, barrier)] * 4)
+    assert sum(applied) == len(db.load_migrations())
+    check = Sql(url)
+    assert check.value("SELECT count(*) FROM motir_schema_migrations") == len(db.load_migrations())
+    check.close()
+    pg.drop_database("concurrent_migrate")
+
+
+def _listener(url):
+    conn = psycopg2.connect(url)
+    conn.autocommit = True
+    conn.cursor().execute(f"LISTEN {db.WAKEUP_CHANNEL}")
+    return conn
+
+
+def _notifications(conn, settle=0.2):
+    select.select([conn], [], [], settle)
+    conn.poll()
+    got = [n.payload for n in conn.notifies]
+    conn.notifies.clear()
+    return got
+
+
+def test_one_insert_statement_sends_one_notification_per_queue(sql, database_url):
+    listener = _listener(database_url)
+    sql.rows("INSERT INTO job_queue (kind) SELECT 'x' FROM generate_series(1, 10000)")
+    assert _notifications(listener) == ["default"]
+    sql.rows("INSERT INTO job_queue (kind, queue) VALUES ('x', 'mail'), ('x', 'mail'), ('x', 'b')")
+    assert sorted(_notifications(listener)) == ["b", "mail"]
+    listener.close()
+
+
+def test_a_row_put_back_to_pending_notifies_and_other_updates_do_not(sql, database_url):
+    job_id = sql.value("INSERT INTO job_queue (kind) VALUES ('x') RETURNING id")
+    listener = _listener(database_url)
+    sql.rows("UPDATE job_queue SET state = 'running', locked_by = 'w', lease_expires_at = now()"
+             " WHERE id = %s", (job_id,))
+    assert _notifications(listener) == []
+    sql.rows("UPDATE job_queue SET state = 'pending', locked_by = NULL, lease_expires_at = NULL"
+             " WHERE id = %s", (job_id,))
+    assert _notifications(listener) == ["default"]
+    listener.close()
+
+
+def test_a_running_row_must_name_its_claimant(sql):
+    with pytest.raises(psycopg2.errors.CheckViolation):
+        sql.rows("INSERT INTO job_queue (kind, state) VALUES ('x', 'running')")

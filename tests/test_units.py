@@ -1,0 +1,104 @@
+"""Unit tests: no database, no processes."""
+
+import random
+
+import pytest
+from click.testing import CliRunner
+
+from motir_supervisor import cli, db, registry, worker
+from motir_supervisor.config import Config, ConfigError
+
+
+def test_every_query_the_code_names_exists():
+    names = {"claim_due_jobs", "seconds_until_next_due", "renew_leases", "mark_succeeded",
+             "mark_failed_attempt", "save_checkpoint", "release_claims_of",
+             "fail_claims_of_dead", "expire_stale_leases", "enqueue",
+             "enqueue_with_max_attempts", "status_counts", "schema_version"}
+    assert names <= set(db.QUERIES)
+    assert all(body.strip() for body in db.QUERIES.values())
+
+
+def test_migrations_are_numbered_without_gaps():
+    versions = [m.version for m in db.load_migrations()]
+    assert versions == list(range(1, len(versions) + 1))
+
+
+def test_retry_delay_grows_exponentially_with_jitter_and_a_cap():
+    random.seed(7)
+    for attempt in range(1, 8):
+        full = min(3600, 5 * 2 ** (attempt - 1))
+        for _ in range(50):
+            assert full / 2 <= worker.retry_delay(attempt, 5, 3600) <= full
+    assert worker.retry_delay(40, 5, 3600) <= 3600
+    assert len({worker.retry_delay(3, 5, 3600) for _ in range(20)}) > 1
+
+
+def test_failure_text_names_the_exception_and_is_bounded():
+    try:
+        raise KeyError("x" * 10_000)
+    except KeyError as exc:
+        text = worker.describe_failure(exc)
+    assert text.startswith("KeyError: ")
+    assert len(text) <= worker.MAX_ERROR_CHARS
+    assert "raise KeyError" in text  # the tail of the traceback survives
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    ({"database_url": ""}, "no database"),
+    ({"workers": 0}, "--workers"),
+    ({"lease_seconds": 1}, "--lease-seconds"),
+    ({"poll_seconds": 0}, "--poll-seconds"),
+    ({"drain_seconds": -1}, "--drain-seconds"),
+])
+def test_config_rejects_what_cannot_work(kwargs, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        Config(**{"database_url": "postgresql:///x", **kwargs})
+
+
+def test_lease_is_renewed_well_inside_itself():
+    config = Config(database_url="postgresql:///x", lease_seconds=30)
+    assert config.renew_every == 10
+    assert config.reaper_every <= config.lease_seconds
+
+
+def test_passwords_never_survive_describe_or_scrub():
+    url = "postgresql://app:s3cret-pw@db.internal:5433/motir"
+    assert db.describe_dsn(url) == "app@db.internal:5433/motir"
+    assert "s3cret-pw" not in db.scrub(f"could not connect to {url}", url)
+    assert "s3cret-pw" not in db.scrub("postgres://u:s3cret-pw@h/x oops", "not a url")
+
+
+def test_job_kinds_register_once():
+    @registry.job("unit_kind")
+    def handler(j):
+        return None
+
+    assert registry.registration_for("unit_kind").handler is handler
+    with pytest.raises(ValueError, match="already handled"):
+        @registry.job("unit_kind")
+        def other(j):
+            return None
+    with pytest.raises(ValueError):
+        registry.job("bad", timeout=0)
+
+
+def test_app_import_error_is_one_line_and_names_the_module():
+    with pytest.raises(registry.AppImportError) as info:
+        registry.import_apps(["no_such_module_here"])
+    message = str(info.value)
+    assert "no_such_module_here" in message and "\n" not in message
+
+
+def test_enqueue_rejects_invalid_json_before_touching_the_database():
+    result = CliRunner().invoke(cli.main, ["enqueue", "x", "--payload", "{nope",
+                                           "--database-url", "postgresql://u:pw@127.0.0.1:1/x"])
+    assert result.exit_code != 0
+    assert "--payload is not valid JSON" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_run_is_the_default_command():
+    """`motir-supervisor --workers 0` reaches run's validation."""
+    result = CliRunner().invoke(cli.main, ["--workers", "0", "--database-url", "postgresql:///x"])
+    assert result.exit_code != 0
+    assert "--workers must be between 1 and 256" in result.output

@@ -1,0 +1,91 @@
+"""A real supervisor process runs jobs end to end: outcomes, retries, wake-ups."""
+
+import time
+
+import pytest
+
+from tests.helpers import wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def state_of(sql, job_id):
+    return sql.value("SELECT state FROM job_queue WHERE id = %s", (job_id,))
+
+
+def enqueue(sql, kind, payload="{}", **columns):
+    names = ["kind", "payload", *columns]
+    values = [kind, payload, *columns.values()]
+    return sql.value(f"INSERT INTO job_queue ({', '.join(names)}) VALUES"
+                     f" ({', '.join(['%s'] * len(values))}) RETURNING id", values)
+
+
+def test_jobs_succeed_fail_and_retry(executions, start_supervisor):
+    ok = enqueue(executions, "record")
+    flaky = enqueue(executions, "record", '{"fail_until_attempt": 2}')
+    doomed = enqueue(executions, "fail", max_attempts=2)
+    permanent = enqueue(executions, "permanent")
+    unknown = enqueue(executions, "nobody_handles_this", max_attempts=1)
+    start_supervisor("--workers", "2", "--retry-base-seconds", "0.2")
+    wait_until(lambda: executions.value(
+        "SELECT count(*) FROM job_queue WHERE state IN ('succeeded', 'failed')") == 5,
+        20, message="every job finished")
+    assert state_of(executions, ok) == "succeeded"
+    assert state_of(executions, flaky) == "succeeded"
+    assert executions.rows("SELECT attempt FROM test_executions WHERE job_id = %s ORDER BY 1",
+                           (flaky,)) == [(1,), (2,)]
+    assert executions.rows("SELECT state, attempts, last_error LIKE 'ValueError: boom%%'"
+                           " FROM job_queue WHERE id = %s", (doomed,)) == [("failed", 2, True)]
+    assert executions.rows("SELECT state, attempts FROM job_queue WHERE id = %s",
+                           (permanent,)) == [("failed", 1)]
+    error = executions.value("SELECT last_error FROM job_queue WHERE id = %s", (unknown,))
+    assert "nobody_handles_this" in error
+    assert executions.value("SELECT count(*) FROM job_queue WHERE finished_at IS NULL"
+                            " OR locked_by IS NOT NULL") == 0
+
+
+def test_a_plain_insert_starts_within_milliseconds_despite_a_long_poll(executions,
+                                                                       start_supervisor):
+    supervisor = start_supervisor("--workers", "2", "--poll-seconds", "30")
+    supervisor.wait_for_workers(2)
+    # Let the workers finish their first empty polls and fall asleep.
+    time.sleep(0.5)
+    latencies = []
+    for _ in range(5):
+        job_id = enqueue(executions, "record")
+        wait_until(lambda: state_of(executions, job_id) == "succeeded", 5, interval=0.005)
+        latencies.append(executions.value(
+            "SELECT extract(epoch FROM e.started_at - j.created_at) FROM test_executions e"
+            " JOIN job_queue j ON j.id = e.job_id WHERE j.id = %s", (job_id,)))
+    assert max(latencies) < 0.5, latencies
+
+
+def test_a_delayed_job_starts_at_its_run_at_not_at_the_next_poll(executions, start_supervisor):
+    supervisor = start_supervisor("--workers", "1", "--poll-seconds", "30")
+    supervisor.wait_for_workers(1)
+    job_id = executions.value("INSERT INTO job_queue (kind, run_at) VALUES"
+                              " ('record', now() + interval '2 seconds') RETURNING id")
+    wait_until(lambda: state_of(executions, job_id) == "succeeded", 10)
+    late = executions.value(
+        "SELECT extract(epoch FROM e.started_at - j.run_at) FROM test_executions e"
+        " JOIN job_queue j ON j.id = e.job_id WHERE j.id = %s", (job_id,))
+    assert 0 <= late < 0.5, late
+
+
+def test_queues_limit_what_a_supervisor_claims(executions, start_supervisor):
+    mail = enqueue(executions, "record", queue="mail")
+    other = enqueue(executions, "record", queue="reports")
+    start_supervisor("--workers", "1", "--queue", "mail")
+    wait_until(lambda: state_of(executions, mail) == "succeeded", 10)
+    assert state_of(executions, other) == "pending"
+
+
+def test_a_timeout_fails_the_attempt_and_the_worker_is_replaced(executions, start_supervisor):
+    job_id = enqueue(executions, "hang", max_attempts=1)
+    supervisor = start_supervisor("--workers", "1")
+    wait_until(lambda: state_of(executions, job_id) == "failed", 10)
+    assert "timeout" in executions.value("SELECT last_error FROM job_queue WHERE id = %s",
+                                         (job_id,))
+    supervisor.wait_for_workers(1)
+    follow_up = enqueue(executions, "record")
+    wait_until(lambda: state_of(executions, follow_up) == "succeeded", 10)
