@@ -1,0 +1,3 @@
+"""An --app module that exists but cannot be imported."""
+
+raise RuntimeError("settings.MAIL_HOST is not set")
