@@ -28,7 +28,7 @@ class DefaultToRun(click.Group):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         # Skip the group's own options, then default the command to run.
         i = 0
-        while i < len(args) and args[i].startswith("--log-level"):
+        while i < len(args) and args[i].startswith(("--log-level", "--log-format")):
             i += 1 if "=" in args[i] else 2
         rest = args[i:]
         if not rest or (rest[0] not in self.commands and rest[0] not in ("--help", "-h")):
@@ -42,16 +42,34 @@ def database_option(f):
         help="PostgreSQL URL (the Fly convention is DATABASE_URL).")(f)
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper()), stream=sys.stderr,
-        format="%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s")
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line, for log pipelines that parse fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {"time": self.formatTime(record), "level": record.levelname,
+                 "pid": record.process, "logger": record.name, "message": record.getMessage()}
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def configure_logging(level: str, log_format: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(
+        "%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(getattr(logging, level.upper()))
 
 
 def require_database(url: str | None) -> str:
     if not url:
         raise click.ClickException("no database: pass --database-url or set DATABASE_URL")
     return url
+
+
+def open_store(url: str | None, purpose: str) -> db.JobStore:
+    return db.JobStore(require_database(url), application_name=f"motir-supervisor {purpose}")
 
 
 def database_error(exc: psycopg2.Error, url: str) -> click.ClickException:
@@ -62,9 +80,11 @@ def database_error(exc: psycopg2.Error, url: str) -> click.ClickException:
 @click.group(cls=DefaultToRun, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--log-level", envvar="MOTIR_LOG_LEVEL", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
-def main(log_level: str) -> None:
+@click.option("--log-format", envvar="MOTIR_LOG_FORMAT", default="text", show_default=True,
+              type=click.Choice(["text", "json"]))
+def main(log_level: str, log_format: str) -> None:
     """Run Motir's background jobs from the PostgreSQL table job_queue."""
-    configure_logging(log_level)
+    configure_logging(log_level, log_format)
 
 
 @main.command()
@@ -84,14 +104,21 @@ def main(log_level: str) -> None:
 @click.option("--retry-base-seconds", envvar="MOTIR_RETRY_BASE_SECONDS", type=float,
               default=5.0, show_default=True,
               help="First retry delay after a failure; doubles per attempt, with jitter.")
+@click.option("--retention-hours", envvar="MOTIR_RETENTION_HOURS", type=float, default=168.0,
+              show_default=True, help="Delete succeeded/cancelled jobs older than this; 0 keeps.")
+@click.option("--metrics-port", envvar="MOTIR_METRICS_PORT", type=int, default=None,
+              help="Serve the fleet's Prometheus metrics on this port.")
+@click.option("--listen/--no-listen", envvar="MOTIR_LISTEN", default=True, show_default=True,
+              help="--no-listen polls only (for PgBouncer in transaction mode).")
 def run(database_url, workers, apps, queues, lease_seconds, drain_seconds, poll_seconds,
-        retry_base_seconds) -> None:
+        retry_base_seconds, retention_hours, metrics_port, listen) -> None:
     """Run the supervisor and its workers until SIGTERM or SIGINT."""
     try:
         config = Config(
             database_url=require_database(database_url), workers=workers, apps=tuple(apps),
             queues=tuple(queues), lease_seconds=lease_seconds, drain_seconds=drain_seconds,
-            poll_seconds=poll_seconds, retry_base_seconds=retry_base_seconds)
+            poll_seconds=poll_seconds, retry_base_seconds=retry_base_seconds,
+            retention_hours=retention_hours, metrics_port=metrics_port, listen=listen)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     for module in config.apps:
@@ -120,12 +147,11 @@ def _module_exists(module: str) -> bool:
 @database_option
 def migrate(database_url) -> None:
     """Create or upgrade the schema; running it again changes nothing."""
-    url = require_database(database_url)
-    store = db.JobStore(url, application_name="motir-supervisor migrate")
+    store = open_store(database_url, "migrate")
     try:
         applied = store.migrate()
     except psycopg2.Error as exc:
-        raise database_error(exc, url) from None
+        raise database_error(exc, store.dsn) from None
     finally:
         store.close()
     if applied:
@@ -146,17 +172,16 @@ def migrate(database_url) -> None:
               help="Runs before the job ends failed (default: the schema's).")
 def enqueue(database_url, kind, payload, delay, queue, max_attempts) -> None:
     """Insert one job and print its id."""
-    url = require_database(database_url)
     try:
         decoded = json.loads(payload)
     except json.JSONDecodeError as exc:
         raise click.ClickException(f"--payload is not valid JSON: {exc}") from None
-    store = db.JobStore(url, application_name="motir-supervisor enqueue")
+    store = open_store(database_url, "enqueue")
     try:
         job_id = store.enqueue(kind, decoded, queue=queue, delay_seconds=delay,
                                max_attempts=max_attempts)
     except psycopg2.Error as exc:
-        raise database_error(exc, url) from None
+        raise database_error(exc, store.dsn) from None
     finally:
         store.close()
     click.echo(job_id)
@@ -166,12 +191,11 @@ def enqueue(database_url, kind, payload, delay, queue, max_attempts) -> None:
 @database_option
 def status(database_url) -> None:
     """Queue depth, the oldest due job, running jobs and expired leases."""
-    url = require_database(database_url)
-    store = db.JobStore(url, application_name="motir-supervisor status")
+    store = open_store(database_url, "status")
     try:
         report = store.queue_status()
     except psycopg2.Error as exc:
-        raise database_error(exc, url) from None
+        raise database_error(exc, store.dsn) from None
     finally:
         store.close()
     click.echo("jobs by queue and state:")
@@ -186,3 +210,87 @@ def status(database_url) -> None:
         click.echo(f"  job {job_id} {kind} ({queue}) attempt {attempts} by {claimant},"
                    f" lease {'expired' if lease_left < 0 else f'{lease_left:.0f}s left'}")
     click.echo(f"expired leases: {report['expired_leases']}")
+
+
+@main.command()
+@database_option
+@click.argument("job_id", type=int, required=False)
+@click.option("--kind", help="Retry every failed job of this kind instead of one job.")
+def retry(database_url, job_id, kind) -> None:
+    """Put a failed or cancelled job (or all failed jobs of a kind) back to pending."""
+    if (job_id is None) == (kind is None):
+        raise click.UsageError("give either a JOB_ID or --kind KIND")
+    store = open_store(database_url, "retry")
+    try:
+        if kind is not None:
+            ids = store.retry_failed_of_kind(kind)
+            click.echo(f"{len(ids)} failed {kind} jobs are pending again")
+            return
+        result = store.retry_job(job_id)
+    except psycopg2.Error as exc:
+        raise database_error(exc, store.dsn) from None
+    finally:
+        store.close()
+    if result is None:
+        raise click.ClickException(f"no job {job_id}")
+    state, changed = result
+    if not changed:
+        raise click.ClickException(
+            f"job {job_id} is {state}; only failed or cancelled jobs can be retried")
+    click.echo(f"job {job_id} was {state}; it is pending again with fresh attempts")
+
+
+@main.command()
+@database_option
+@click.argument("job_id", type=int)
+def cancel(database_url, job_id) -> None:
+    """Cancel a pending or failed job; ask a running one to stop."""
+    store = open_store(database_url, "cancel")
+    try:
+        result = store.cancel_job(job_id)
+    except psycopg2.Error as exc:
+        raise database_error(exc, store.dsn) from None
+    finally:
+        store.close()
+    if result is None:
+        raise click.ClickException(f"no job {job_id}")
+    state, changed = result
+    if not changed:
+        raise click.ClickException(f"job {job_id} is already {state}; nothing to cancel")
+    if state == "running":
+        click.echo(f"job {job_id} is running; its worker will ask the handler to stop at its"
+                   " next lease renewal, and it ends cancelled unless it completes first")
+    else:
+        click.echo(f"job {job_id} was {state}; it is cancelled")
+
+
+@main.command()
+@database_option
+@click.option("--older-than", "older_than_hours", type=click.FloatRange(min=0), required=True,
+              help="Hours since a job finished.")
+def prune(database_url, older_than_hours) -> None:
+    """Delete succeeded and cancelled jobs that finished long enough ago."""
+    store = open_store(database_url, "prune")
+    total = 0
+    try:
+        while True:
+            deleted = store.prune_finished(older_than_hours * 3600)
+            total += deleted
+            if not deleted:
+                break
+    except psycopg2.Error as exc:
+        raise database_error(exc, store.dsn) from None
+    finally:
+        store.close()
+    click.echo(f"deleted {total} finished jobs")
+
+
+@main.command()
+@database_option
+@click.option("--host", envvar="MOTIR_WEB_HOST", default="0.0.0.0", show_default=True)
+@click.option("--port", envvar="PORT", type=int, default=8080, show_default=True)
+def web(database_url, host, port) -> None:
+    """Serve /healthz and /metrics (queue depth, oldest due job, expired leases)."""
+    from . import web as web_server  # prometheus_client is imported only here
+
+    web_server.serve(require_database(database_url), host, port)

@@ -48,6 +48,12 @@ class Config:
     retry_base_seconds: float = 5.0
     #: Cap of the retry delay.
     retry_max_seconds: float = 3600.0
+    #: Succeeded and cancelled rows older than this are deleted; 0 keeps them.
+    retention_hours: float = 168.0
+    #: Port of the fleet's Prometheus metrics; None serves none.
+    metrics_port: int | None = None
+    #: False: never LISTEN, only poll (for transaction-pooling PgBouncer).
+    listen: bool = True
 
     def __post_init__(self) -> None:
         if not self.database_url:
@@ -65,6 +71,10 @@ class Config:
             raise ConfigError(f"--poll-seconds must be positive, got {self.poll_seconds:g}")
         if self.retry_base_seconds < 0 or self.retry_max_seconds < self.retry_base_seconds:
             raise ConfigError("retry delays must satisfy 0 <= base <= max")
+        if self.retention_hours < 0:
+            raise ConfigError(f"--retention-hours cannot be negative, got {self.retention_hours:g}")
+        if self.metrics_port is not None and not 0 < self.metrics_port < 65536:
+            raise ConfigError(f"--metrics-port must be a TCP port, got {self.metrics_port}")
 
     @property
     def renew_every(self) -> float:

@@ -141,6 +141,11 @@ class JobStore:
             self._conn = connect(self.dsn, self.application_name)
         return self._conn
 
+    def open(self) -> None:
+        """Connect now (reconnecting if need be), so that an outage shows here."""
+        self.close()
+        self._conn = connect(self.dsn, self.application_name)
+
     @property
     def connected(self) -> bool:
         return self._conn is not None and not self._conn.closed
@@ -157,6 +162,11 @@ class JobStore:
         with self.conn.cursor() as cur:
             cur.execute(QUERIES[name], params)
             return cur.fetchall() if cur.description else []
+
+    def _count(self, name: str, params: dict[str, Any] | None = None) -> int:
+        with self.conn.cursor() as cur:
+            cur.execute(QUERIES[name], params)
+            return cur.rowcount
 
     # -- wake-ups -----------------------------------------------------------
 
@@ -195,10 +205,12 @@ class JobStore:
         rows = self._run("seconds_until_next_due", {"queues": list(queues) if queues else None})
         return rows[0][0]
 
-    def renew_leases(self, claimant: str, ids: Iterable[int], lease_seconds: float) -> set[int]:
+    def renew_leases(self, claimant: str, ids: Iterable[int],
+                     lease_seconds: float) -> dict[int, bool]:
+        """{job id: cancel requested} for the claims still ours; the others were lost."""
         rows = self._run("renew_leases", {
             "claimant": claimant, "ids": list(ids), "lease_seconds": lease_seconds})
-        return {row[0] for row in rows}
+        return dict(rows)
 
     def mark_succeeded(self, job_id: int, claimant: str) -> bool:
         """False when the claim was no longer ours: the write changed nothing."""
@@ -236,6 +248,23 @@ class JobStore:
                   "queue": queue, "delay_seconds": delay_seconds, "max_attempts": max_attempts}
         name = "enqueue" if max_attempts is None else "enqueue_with_max_attempts"
         return self._run(name, params)[0][0]
+
+    def cancel_job(self, job_id: int) -> tuple[str, bool] | None:
+        """(state before, changed) or None for an unknown id."""
+        rows = self._run("cancel_job", {"id": job_id})
+        return tuple(rows[0]) if rows else None
+
+    def retry_job(self, job_id: int) -> tuple[str, bool] | None:
+        rows = self._run("retry_job", {"id": job_id})
+        return tuple(rows[0]) if rows else None
+
+    def retry_failed_of_kind(self, kind: str) -> list[int]:
+        return [row[0] for row in self._run("retry_failed_of_kind", {"kind": kind})]
+
+    def prune_finished(self, older_than_seconds: float, limit: int = 1000) -> int:
+        """Delete one batch of finished rows; returns how many went."""
+        return self._count("prune_finished", {"older_than_seconds": older_than_seconds,
+                                              "limit": limit})
 
     def queue_status(self) -> dict[str, Any]:
         return {

@@ -1,13 +1,16 @@
-"""The reaper: turns jobs whose lease expired back into claimable ones.
+"""The reaper: expired leases back to claimable jobs, and retention.
 
-The supervisor owns it and calls :meth:`Reaper.run_once` on a timer; a pass
-is one fenced statement (see ``expire_stale_leases`` in queries.sql) that any
-number of supervisors on any number of machines may run at the same time.
-It forks nothing and holds no SQL.
+The supervisor owns it and calls :meth:`Reaper.run_when_due` from its loop;
+:meth:`Reaper.run_once` is one pass, callable directly (the tests do). Each
+statement is a small batch under SKIP LOCKED (see ``expire_stale_leases`` and
+``prune_finished`` in queries.sql), so any number of supervisors on any
+number of machines may reap at once without waiting on each other. It forks
+nothing and holds no SQL.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -15,26 +18,54 @@ from . import db
 
 log = logging.getLogger(__name__)
 
-#: Rows one statement handles: small enough that no pass holds many locks.
-BATCH = 500
+#: Rows one lease statement handles: small enough that no pass holds many locks.
+LEASE_BATCH = 500
+#: Rows one retention statement deletes.
+PRUNE_BATCH = 1000
+#: A pass stops pruning after this long and goes on at the next pass, so
+#: retention never delays the supervisor's loop for long.
+PRUNE_BUDGET_SECONDS = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ReaperPass:
+    expired: int
+    pruned: int
 
 
 class Reaper:
-    def __init__(self, store: db.JobStore, every_seconds: float):
+    def __init__(self, store: db.JobStore, every_seconds: float, retention_hours: float):
         self.store = store
         self.every_seconds = every_seconds
+        self.retention_seconds = retention_hours * 3600
         self.next_pass = 0.0
 
-    def run_once(self) -> int:
-        """Expire every stale lease now; returns how many jobs were taken back."""
+    def run_once(self) -> ReaperPass:
+        return ReaperPass(expired=self.expire_stale_leases(), pruned=self.prune_finished())
+
+    def expire_stale_leases(self) -> int:
         total = 0
         while True:
-            rows = self.store.expire_stale_leases(BATCH)
+            rows = self.store.expire_stale_leases(LEASE_BATCH)
             for job_id, state in rows:
                 log.warning("reaper: job %d had an expired lease; now %s", job_id, state)
             total += len(rows)
-            if len(rows) < BATCH:
+            if len(rows) < LEASE_BATCH:
                 return total
+
+    def prune_finished(self) -> int:
+        if not self.retention_seconds:
+            return 0
+        total = 0
+        started = time.monotonic()
+        while time.monotonic() - started < PRUNE_BUDGET_SECONDS:
+            deleted = self.store.prune_finished(self.retention_seconds, PRUNE_BATCH)
+            total += deleted
+            if deleted < PRUNE_BATCH:
+                break
+        if total:
+            log.info("retention: deleted %d finished jobs", total)
+        return total
 
     def run_when_due(self) -> None:
         now = time.monotonic()
@@ -45,5 +76,4 @@ class Reaper:
             self.run_once()
         except db.CONNECTION_ERRORS as exc:
             self.store.close()
-            log.warning("reaper: database unreachable: %s",
-                        db.one_line(exc, self.store.dsn))
+            log.warning("reaper: database unreachable: %s", db.one_line(exc, self.store.dsn))

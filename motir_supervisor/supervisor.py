@@ -12,18 +12,21 @@ import dataclasses
 import logging
 import os
 import secrets
+import shutil
 import select
 import signal
 import socket
 import sys
+import tempfile
 import time
+from typing import Callable
 
 import setproctitle
 
-from . import db
+from . import db, metrics
 from .reaper import Reaper
 from .config import Config
-from .worker import EXIT_BOOT_FAILURE, EXIT_OK, EXIT_RECYCLE, Worker
+from .worker import EXIT_BOOT_FAILURE, EXIT_OK, EXIT_RECYCLE, Worker, set_parent_death_signal
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +39,8 @@ MAX_RESPAWN_DELAY = 30.0
 EXIT_GRACE_SECONDS = 3.0
 #: A second stop signal gives workers this long to release and exit.
 ABORT_GRACE_SECONDS = 3.0
+#: A metrics server that died is started again after this long.
+METRICS_RESTART_SECONDS = 5.0
 #: Longest sleep of the loop, so timers are never far off.
 MAX_TICK_SECONDS = 1.0
 
@@ -80,12 +85,16 @@ class Supervisor:
         self._signals: list[int] = []
         self._wake_r = self._wake_w = -1
         self.stopping = False
+        self.stop_started = 0.0
         self.stop_deadline = float("inf")
+        self.metrics_dir: str | None = None
+        self.metrics_pid: int | None = None
+        self.metrics_restart_at = 0.0
         self.boot_failed = False
         self.pending_releases: list[PendingRelease] = []
         self.crash_streak = 0
         self.respawn_at = 0.0
-        self.reaper = Reaper(self.store, config.reaper_every)
+        self.reaper = Reaper(self.store, config.reaper_every, config.retention_hours)
 
     # -- the loop -------------------------------------------------------------
 
@@ -94,6 +103,18 @@ class Supervisor:
         self._install_signals()
         log.info("supervisor %s starting %d workers on %s", self.identity, self.target_workers,
                  db.describe_dsn(self.config.database_url))
+        if self.config.metrics_port:
+            self.metrics_dir = tempfile.mkdtemp(prefix="motir-metrics-")
+            metrics.enable(self.metrics_dir)
+        try:
+            return self._supervise()
+        finally:
+            if self.metrics_pid:
+                self._kill(self.metrics_pid, signal.SIGTERM)
+            if self.metrics_dir:
+                shutil.rmtree(self.metrics_dir, ignore_errors=True)
+
+    def _supervise(self) -> int:
         while True:
             self.handle_signals()
             self.reap_workers()
@@ -105,11 +126,15 @@ class Supervisor:
                     self.kill_workers(signal.SIGKILL)
             else:
                 self.manage_workers()
+                self.manage_metrics_server()
                 self.reaper.run_when_due()
             self._title()
             self.sleep(self._next_wakeup())
         self.release_claims_of_exited(final=True)
         self.store.close()
+        drained = time.monotonic() - self.stop_started
+        metrics.record_drain(drained)
+        log.info("drain finished in %.1fs", drained)
         if self.boot_failed:
             log.error("stopped: a worker could not boot (see the error above)")
             return 1
@@ -171,6 +196,7 @@ class Supervisor:
 
     def begin_drain(self, why: str) -> None:
         self.stopping = True
+        self.stop_started = time.monotonic()
         self.stop_deadline = time.monotonic() + self.config.drain_seconds + EXIT_GRACE_SECONDS
         log.info("%s: draining %d workers, in-flight jobs get %gs", why, len(self.children),
                  self.config.drain_seconds)
@@ -215,6 +241,23 @@ class Supervisor:
             child.retiring = True
             self._kill(child.pid, signal.SIGTERM)
 
+    def manage_metrics_server(self) -> None:
+        if self.metrics_dir is None or self.metrics_pid is not None:
+            return
+        if time.monotonic() < self.metrics_restart_at:
+            return
+        self.metrics_restart_at = time.monotonic() + METRICS_RESTART_SECONDS
+        self.metrics_pid = self._fork(self._serve_metrics)
+        log.info("metrics on port %d (pid %d)", self.config.metrics_port, self.metrics_pid)
+
+    def _serve_metrics(self) -> int:
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+            signal.signal(signum, signal.SIG_DFL)
+        set_parent_death_signal(signal.SIGTERM)
+        setproctitle.setproctitle(f"motir-supervisor: metrics on :{self.config.metrics_port}")
+        metrics.serve_forever(self.config.metrics_port)
+        return 0
+
     def _free_index(self) -> int:
         used = {c.index for c in self.children.values()}
         return next(i for i in range(1, len(used) + 2) if i not in used)
@@ -223,24 +266,26 @@ class Supervisor:
         return f"{self.identity}/w{index}:{pid}"
 
     def spawn_worker(self, index: int) -> None:
-        self.store.close()  # no database connection crosses a fork
         parent_pid = os.getpid()
-        pid = os.fork()
-        if pid == 0:
-            self._become_worker(index, parent_pid)
+        pid = self._fork(lambda: Worker(self.config, index, self.claimant_of(index, os.getpid()),
+                                        parent_pid).run())
         self.children[pid] = Child(index, pid, self.claimant_of(index, pid), time.monotonic())
         log.info("worker %d started (pid %d)", index, pid)
 
-    def _become_worker(self, index: int, parent_pid: int) -> None:
-        code = 70  # EX_SOFTWARE: the worker itself broke
+    def _fork(self, body: Callable[[], int]) -> int:
+        """Fork; the child runs ``body`` and exits with its code, never returning here."""
+        self.store.close()  # no database connection crosses a fork
+        pid = os.fork()
+        if pid:
+            return pid
+        code = 70  # EX_SOFTWARE: the child itself broke
         try:
             signal.set_wakeup_fd(-1)
             os.close(self._wake_r)
             os.close(self._wake_w)
-            worker = Worker(self.config, index, self.claimant_of(index, os.getpid()), parent_pid)
-            code = worker.run()
+            code = body()
         except BaseException:  # noqa: BLE001 - whatever it was, this process ends here
-            log.exception("worker %d crashed", index)
+            log.exception("process %d crashed", os.getpid())
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -254,6 +299,10 @@ class Supervisor:
                 return
             if pid == 0:
                 return
+            if pid == self.metrics_pid:
+                log.warning("metrics server (pid %d) %s", pid, describe_exit(status)[1])
+                self.metrics_pid = None
+                continue
             child = self.children.pop(pid, None)
             if child is not None:
                 self.worker_exited(child, status)
@@ -266,6 +315,8 @@ class Supervisor:
             if not self.stopping:
                 self.begin_drain("configuration error")
             return
+        if code == EXIT_RECYCLE:
+            metrics.record_restart("recycled")
         if code in (EXIT_OK, EXIT_RECYCLE) or child.retiring:
             level = logging.INFO if code in (EXIT_OK, EXIT_RECYCLE) else logging.WARNING
             log.log(level, "worker %d (pid %d) %s", child.index, child.pid, words)
@@ -273,6 +324,7 @@ class Supervisor:
             return
         log.error("worker %d (pid %d) %s after %.1fs; releasing its claims", child.index,
                   child.pid, words, lived)
+        metrics.record_restart("died")
         self.pending_releases.append(
             PendingRelease(child.claimant, f"worker {child.claimant} {words} while running it"))
         self.crash_streak = self.crash_streak + 1 if lived < CRASH_WINDOW_SECONDS else 1
@@ -298,10 +350,13 @@ class Supervisor:
                         ids = self.store.release_claims_of([item.claimant])
                         if ids:
                             log.warning("released unfinished jobs %s of %s", ids, item.claimant)
+                        metrics.record_release("stopped_worker", len(ids))
                     else:
                         rows = self.store.fail_claims_of_dead([item.claimant], item.death)
                         for job_id, state in rows:
-                            log.warning("job %d of a dead worker is now %s", job_id, state)
+                            log.warning("job %d, held by dead worker %s, is now %s", job_id,
+                                        item.claimant, state)
+                        metrics.record_release("dead_worker", len(rows))
                     self.pending_releases.pop(0)
             except db.CONNECTION_ERRORS as exc:
                 self.store.close()

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import setproctitle
 
-from . import db, registry
+from . import db, metrics, registry
 from .config import Config
 
 log = logging.getLogger(__name__)
@@ -177,6 +177,7 @@ class Worker:
                 self._reconnect_backoff = 0.0
                 if jobs:
                     self._idle_backoff = 0.0
+                    metrics.record_claim(jobs[0].queue)
                     for claimed in jobs:
                         self._run_claimed(claimed)
                 else:
@@ -187,10 +188,12 @@ class Worker:
                 return
 
     def _connect(self) -> None:
-        self.store.close()
-        self.store.listen()
-        log.debug("worker %d connected to %s", self.index,
-                  db.describe_dsn(self.config.database_url))
+        self.store.open()
+        if self.config.listen:
+            self.store.listen()
+        log.debug("worker %d connected to %s, %s", self.index,
+                  db.describe_dsn(self.config.database_url),
+                  "listening" if self.config.listen else "polling only")
 
     def _lost_connection(self, exc: BaseException) -> None:
         self.store.close()
@@ -256,7 +259,7 @@ class Worker:
             return  # timed out: already recorded
         error = outcome["error"]
         if isinstance(error, registry.Interrupted):
-            self._give_back(claimed, "its handler stopped at a checkpoint")
+            self._give_back(claimed, started, "its handler stopped at a checkpoint")
         elif error is None:
             self._record_success(claimed, started)
         else:
@@ -299,7 +302,7 @@ class Worker:
             if self.stop_requested:
                 stopping.set()
                 if now >= self.drain_deadline:
-                    self._give_back(claimed, "the drain deadline passed")
+                    self._give_back(claimed, started, "the drain deadline passed")
                     raise _Abandon
             if now >= timeout_at:
                 self._record_failure(
@@ -316,26 +319,31 @@ class Worker:
         return True
 
     def _renew_lease(self, claimed: db.ClaimedJob) -> bool:
-        """False when the job is no longer ours; a failed round trip is retried next time."""
+        """False when the handler should stop: the job is no longer ours, or was
+        cancelled. A failed round trip is retried at the next renewal."""
         try:
             if not self.store.connected:
                 self._connect()
-            if claimed.id in self.store.renew_leases(self.claimant, [claimed.id],
-                                                     self.config.lease_seconds):
-                return True
-            log.warning("worker %d: lost the claim on job %d (lease expired and taken over);"
-                        " asking its handler to stop", self.index, claimed.id)
-            return False
+            renewed = self.store.renew_leases(self.claimant, [claimed.id],
+                                              self.config.lease_seconds)
+            if claimed.id not in renewed:
+                log.warning("worker %d: lost the claim on job %d (lease expired and taken"
+                            " over); asking its handler to stop", self.index, claimed.id)
+                return False
+            if renewed[claimed.id]:
+                log.info("worker %d: job %d was cancelled; asking its handler to stop",
+                         self.index, claimed.id)
+                return False
+            return True
         except db.CONNECTION_ERRORS as exc:
             self.store.close()
             log.warning("worker %d: could not renew the lease of job %d: %s", self.index,
                         claimed.id, db.one_line(exc, self.config.database_url))
             return True
 
-    def _give_back(self, claimed: db.ClaimedJob, why: str) -> None:
-        log.warning("worker %d: job %d %s released unfinished: %s", self.index, claimed.id,
-                    claimed.kind, why)
+    def _give_back(self, claimed: db.ClaimedJob, started: float, why: str) -> None:
         self._release_own_claims()
+        self._log_outcome(claimed, started, "released", why)
 
     def _release_own_claims(self) -> None:
         try:
@@ -354,7 +362,7 @@ class Worker:
 
     def _record_success(self, claimed: db.ClaimedJob, started: float) -> None:
         ours = self._write_outcome(lambda: self.store.mark_succeeded(claimed.id, self.claimant))
-        self._log_outcome(claimed, started, "succeeded" if ours else None)
+        self._log_outcome(claimed, started, "succeeded" if ours else "lost")
 
     def _record_failure(self, claimed: db.ClaimedJob, error: str, started: float,
                         permanent: bool) -> None:
@@ -362,12 +370,10 @@ class Worker:
                             self.config.retry_max_seconds)
         state = self._write_outcome(lambda: self.store.mark_failed_attempt(
             claimed.id, self.claimant, error, delay, permanent))
-        outcome = None
-        if state == "pending":
-            outcome = f"failed, retry in {delay:.1f}s"
-        elif state == "failed":
-            outcome = "failed for good"
-        self._log_outcome(claimed, started, outcome, error.splitlines()[0])
+        outcome = {"pending": "retried", None: "lost"}.get(state, state)
+        detail = f"{error.splitlines()[0]}" + (f"; retry in {delay:.1f}s" if state == "pending"
+                                               else "")
+        self._log_outcome(claimed, started, outcome, detail)
 
     def _write_outcome(self, write: Callable[[], Any]) -> Any:
         """Write an outcome, waiting out a database outage for as long as it lasts.
@@ -388,15 +394,14 @@ class Worker:
                     raise _Abandon from None
                 self._lost_connection(exc)
 
-    def _log_outcome(self, claimed: db.ClaimedJob, started: float, outcome: str | None,
-                     error: str = "") -> None:
+    def _log_outcome(self, claimed: db.ClaimedJob, started: float, outcome: str,
+                     detail: str = "") -> None:
+        """One line per run: id, kind, attempt, duration, outcome."""
         took = time.monotonic() - started
-        if outcome is None:
-            log.warning("job %d %s attempt %d: finished after %.3fs but the claim was no longer"
-                        " this worker's; its outcome was not recorded", claimed.id, claimed.kind,
-                        claimed.attempt, took)
-            return
+        metrics.record_run(claimed.kind, outcome, took)
+        if outcome == "lost":
+            detail = "the claim was no longer this worker's; outcome not recorded"
         level = logging.INFO if outcome == "succeeded" else logging.WARNING
         log.log(level, "job %d %s attempt %d/%d %s in %.3fs%s", claimed.id, claimed.kind,
                 claimed.attempt, claimed.max_attempts, outcome, took,
-                f": {error}" if error else "")
+                f": {detail}" if detail else "")

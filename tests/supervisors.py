@@ -14,6 +14,14 @@ from tests.helpers import wait_until
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def title_of(pid: int) -> str:
+    """A process's title as setproctitle left it ('' once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
+
+
 class RunningSupervisor:
     def __init__(self, database_url: str, *args: str, entry: list[str] | None = None,
                  env: dict[str, str] | None = None):
@@ -33,12 +41,13 @@ class RunningSupervisor:
         return Path(self.log.name).read_text(errors="replace")
 
     def worker_pids(self) -> list[int]:
-        """The live children of this supervisor, from /proc."""
+        """The live worker children of this supervisor, from /proc."""
         children = Path(f"/proc/{self.pid}/task/{self.pid}/children")
         try:
-            return [int(p) for p in children.read_text().split()]
+            pids = [int(p) for p in children.read_text().split()]
         except FileNotFoundError:
             return []
+        return [pid for pid in pids if "metrics on" not in title_of(pid)]
 
     def signal(self, signum: int) -> None:
         self.process.send_signal(signum)

@@ -17,6 +17,7 @@ SPEC_COLUMNS = {
     "locked_by": "text", "lease_expires_at": "timestamp with time zone", "last_error": "text",
     "created_at": "timestamp with time zone", "finished_at": "timestamp with time zone",
     "checkpoint": "jsonb", "started_at": "timestamp with time zone",
+    "cancel_requested": "boolean",
 }
 
 

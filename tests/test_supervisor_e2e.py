@@ -15,6 +15,7 @@ import pytest
 
 from tests.helpers import Sql, wait_until
 from tests.pgserver import ThrowawayPostgres
+from tests.supervisors import title_of
 
 pytestmark = pytest.mark.e2e
 
@@ -42,13 +43,6 @@ def enqueue(sql, kind, payload="{}", count=1, **columns):
     return [r[0] for r in sql.rows(
         f"INSERT INTO job_queue ({', '.join(names)}) SELECT {', '.join(['%s'] * len(values))}"
         f" FROM generate_series(1, {count}) RETURNING id", values)]
-
-
-def title_of(pid):
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-    except FileNotFoundError:
-        return ""
 
 
 def executions_per_job(sql):

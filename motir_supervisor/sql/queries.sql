@@ -44,7 +44,7 @@ SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s)
 WHERE id = ANY(%(ids)s::bigint[])
   AND locked_by = %(claimant)s
   AND state = 'running'
-RETURNING id;
+RETURNING id, cancel_requested;
 
 -- mark_succeeded --
 UPDATE job_queue
@@ -60,13 +60,15 @@ RETURNING state;
 
 -- mark_failed_attempt --
 -- A failed run: back to pending after the backoff, or failed for good when
--- this was the last attempt or the handler asked for no retry.
+-- this was the last attempt or the handler asked for no retry; cancelled
+-- when an operator asked for that while it ran.
 UPDATE job_queue
-SET state = CASE WHEN %(permanent)s OR attempts >= max_attempts
-                 THEN 'failed' ELSE 'pending' END,
-    run_at = CASE WHEN %(permanent)s OR attempts >= max_attempts
+SET state = CASE WHEN cancel_requested THEN 'cancelled'
+                 WHEN %(permanent)s OR attempts >= max_attempts THEN 'failed'
+                 ELSE 'pending' END,
+    run_at = CASE WHEN cancel_requested OR %(permanent)s OR attempts >= max_attempts
                   THEN run_at ELSE now() + make_interval(secs => %(retry_in_seconds)s) END,
-    finished_at = CASE WHEN %(permanent)s OR attempts >= max_attempts
+    finished_at = CASE WHEN cancel_requested OR %(permanent)s OR attempts >= max_attempts
                        THEN now() END,
     last_error = %(error)s,
     locked_by = NULL,
@@ -88,7 +90,8 @@ RETURNING id;
 -- A drain gives the jobs back unfinished: due again at once, and the attempt
 -- is handed back too, because a deploy is not the job's failure.
 UPDATE job_queue
-SET state = 'pending',
+SET state = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
+    finished_at = CASE WHEN cancel_requested THEN now() END,
     attempts = greatest(attempts - 1, 0),
     locked_by = NULL,
     lease_expires_at = NULL
@@ -101,8 +104,9 @@ RETURNING id;
 -- counts, so a job that kills its worker every time runs out of attempts
 -- instead of crash-looping the fleet.
 UPDATE job_queue
-SET state = CASE WHEN attempts >= max_attempts THEN 'failed' ELSE 'pending' END,
-    finished_at = CASE WHEN attempts >= max_attempts THEN now() END,
+SET state = CASE WHEN cancel_requested THEN 'cancelled'
+                 WHEN attempts >= max_attempts THEN 'failed' ELSE 'pending' END,
+    finished_at = CASE WHEN cancel_requested OR attempts >= max_attempts THEN now() END,
     last_error = %(error)s,
     locked_by = NULL,
     lease_expires_at = NULL
@@ -123,8 +127,10 @@ WITH stale AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE job_queue AS j
-SET state = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
-    finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+SET state = CASE WHEN j.cancel_requested THEN 'cancelled'
+                 WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
+    finished_at = CASE WHEN j.cancel_requested OR j.attempts >= j.max_attempts
+                       THEN now() END,
     last_error = 'lease of ' || j.locked_by || ' expired at ' || j.lease_expires_at::text,
     locked_by = NULL,
     lease_expires_at = NULL
@@ -143,6 +149,57 @@ INSERT INTO job_queue (kind, payload, queue, run_at, max_attempts)
 VALUES (%(kind)s, %(payload)s, %(queue)s, now() + make_interval(secs => %(delay_seconds)s),
         %(max_attempts)s)
 RETURNING id;
+
+-- cancel_job --
+-- Pending or failed: cancelled now. Running: flagged, so that its worker
+-- stops it (see migrations/0002). Returns the state the job was in, so the
+-- command can say what happened; nothing for an unknown id.
+WITH target AS (
+    SELECT id, state FROM job_queue WHERE id = %(id)s FOR UPDATE
+), changed AS (
+    UPDATE job_queue AS j
+    SET state = CASE WHEN t.state = 'running' THEN 'running' ELSE 'cancelled' END,
+        finished_at = CASE WHEN t.state = 'running' THEN j.finished_at ELSE now() END,
+        cancel_requested = (t.state = 'running')
+    FROM target AS t
+    WHERE j.id = t.id AND t.state IN ('pending', 'failed', 'running')
+    RETURNING j.id
+)
+SELECT t.state, EXISTS (SELECT 1 FROM changed) FROM target AS t;
+
+-- retry_job --
+-- A failed or cancelled job gets a fresh set of attempts, due now.
+WITH target AS (
+    SELECT id, state FROM job_queue WHERE id = %(id)s FOR UPDATE
+), changed AS (
+    UPDATE job_queue AS j
+    SET state = 'pending', run_at = now(), attempts = 0, finished_at = NULL,
+        cancel_requested = false
+    FROM target AS t
+    WHERE j.id = t.id AND t.state IN ('failed', 'cancelled')
+    RETURNING j.id
+)
+SELECT t.state, EXISTS (SELECT 1 FROM changed) FROM target AS t;
+
+-- retry_failed_of_kind --
+UPDATE job_queue
+SET state = 'pending', run_at = now(), attempts = 0, finished_at = NULL,
+    cancel_requested = false
+WHERE kind = %(kind)s AND state = 'failed'
+RETURNING id;
+
+-- prune_finished --
+-- One small batch per statement: retention never holds many row locks or
+-- runs long, and SKIP LOCKED keeps concurrent pruners out of each other's way.
+DELETE FROM job_queue
+WHERE id IN (
+    SELECT id FROM job_queue
+    WHERE state IN ('succeeded', 'cancelled')
+      AND finished_at < now() - make_interval(secs => %(older_than_seconds)s)
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+);
 
 -- status_counts --
 SELECT queue, state, count(*)

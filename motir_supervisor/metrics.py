@@ -1,0 +1,84 @@
+"""The fleet's Prometheus metrics, summed across the forked workers.
+
+prometheus_client's multiprocess mode keeps each process's values in files
+of one directory, and a collector adds them up at scrape time. The mode is
+chosen when prometheus_client is first imported, so :func:`enable` sets the
+directory and imports it; nothing here imports it before. Until then (and in
+processes started without ``--metrics-port``) every ``record_*`` call does
+nothing. The supervisor serves the sum from a process of its own, so the
+parent never runs a server thread it could fork with.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+_fleet: Any = None
+
+#: Handler durations: 1 ms to 10 min, for jobs that range from a cache write
+#: to a report.
+DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 600)
+
+
+class _Fleet:
+    def __init__(self) -> None:
+        from prometheus_client import Counter, Histogram
+
+        self.claimed = Counter("motir_jobs_claimed", "Jobs claimed by workers", ["queue"])
+        self.finished = Counter(
+            "motir_jobs_finished", "Runs that ended, by outcome: succeeded, retried,"
+            " failed, cancelled, released (given back unfinished), lost (claim taken over)",
+            ["kind", "outcome"])
+        self.duration = Histogram("motir_job_duration_seconds", "Handler run time",
+                                  ["kind"], buckets=DURATION_BUCKETS)
+        self.released = Counter("motir_claims_released", "Claims given back by the supervisor",
+                                ["reason"])
+        self.restarts = Counter("motir_worker_restarts", "Workers that died and were replaced",
+                                ["reason"])
+        self.drains = Histogram("motir_drain_duration_seconds",
+                                "From the first stop signal to the supervisor's exit",
+                                buckets=(0.1, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300))
+
+
+def enable(directory: str) -> None:
+    """Turn metrics on for this process and the workers it forks later."""
+    global _fleet
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+    _fleet = _Fleet()
+
+
+def record_claim(queue: str) -> None:
+    if _fleet is not None:
+        _fleet.claimed.labels(queue).inc()
+
+
+def record_run(kind: str, outcome: str, seconds: float) -> None:
+    if _fleet is not None:
+        _fleet.finished.labels(kind, outcome).inc()
+        _fleet.duration.labels(kind).observe(seconds)
+
+
+def record_release(reason: str, count: int) -> None:
+    if _fleet is not None and count:
+        _fleet.released.labels(reason).inc(count)
+
+
+def record_restart(reason: str) -> None:
+    if _fleet is not None:
+        _fleet.restarts.labels(reason).inc()
+
+
+def record_drain(seconds: float) -> None:
+    if _fleet is not None:
+        _fleet.drains.observe(seconds)
+
+
+def serve_forever(port: int) -> None:
+    """Serve the sum over every process of the fleet on ``port`` (blocks)."""
+    from prometheus_client import CollectorRegistry, multiprocess, start_http_server
+
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    server, thread = start_http_server(port, registry=registry)
+    thread.join()

@@ -1,0 +1,194 @@
+"""What an operator uses: the web face, fleet metrics, admin commands,
+retention, poll-only mode and JSON logs."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import port_for
+import pytest
+
+from motir_supervisor.reaper import Reaper
+from tests.helpers import wait_until
+from tests.supervisors import ROOT
+
+pytestmark = pytest.mark.integration
+
+CLI = [sys.executable, "-m", "motir_supervisor"]
+
+
+def cli(database_url, *args):
+    return subprocess.run([*CLI, *args], env={**os.environ, "DATABASE_URL": database_url},
+                          capture_output=True, text=True, cwd=ROOT, timeout=30)
+
+
+def fetch(url):
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+    except OSError:
+        return None, ""
+
+
+def metric(text, name, **labels):
+    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    prefix = f"{name}{{{wanted}}} " if labels else f"{name} "
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return float(line.split()[-1])
+    return None
+
+
+def state_of(sql, job_id):
+    return sql.value("SELECT state FROM job_queue WHERE id = %s", (job_id,))
+
+
+@pytest.fixture
+def web(database_url):
+    port = port_for.select_random()
+    process = subprocess.Popen([*CLI, "web", "--port", str(port), "--host", "127.0.0.1"],
+                               env={**os.environ, "DATABASE_URL": database_url},
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    wait_until(lambda: fetch(base + "/healthz")[0], 10, message="web to listen")
+    yield base
+    process.send_signal(signal.SIGTERM)
+    process.wait(10)
+
+
+def test_web_reports_health_and_queue_metrics(web, sql):
+    assert fetch(web + "/healthz") == (200, "ok\n")
+    sql.rows("INSERT INTO job_queue (kind, queue) SELECT 'x', 'mail' FROM generate_series(1, 7)")
+    sql.rows("INSERT INTO job_queue (kind, state, locked_by, lease_expires_at)"
+             " VALUES ('x', 'running', 'gone', now() - interval '1 minute')")
+    status, text = fetch(web + "/metrics")
+    assert status == 200
+    assert metric(text, "motir_queue_jobs", queue="mail", state="pending") == 7
+    assert metric(text, "motir_queue_jobs", queue="default", state="running") == 1
+    assert metric(text, "motir_queue_expired_leases") == 1
+    assert metric(text, "motir_queue_oldest_due_seconds") >= 0
+    assert fetch(web + "/nothing")[0] == 404
+
+
+def test_web_health_fails_while_the_schema_is_behind(web, sql):
+    sql.rows("DELETE FROM motir_schema_migrations WHERE version = 2")
+    status, body = fetch(web + "/healthz")
+    assert status == 503 and "migrate" in body
+
+
+def test_the_fleet_exports_metrics_summed_over_its_workers(executions, start_supervisor):
+    port = port_for.select_random()
+    supervisor = start_supervisor("--workers", "2", "--metrics-port", str(port),
+                                  "--retry-base-seconds", "60")
+    executions.rows("INSERT INTO job_queue (kind) SELECT 'record' FROM generate_series(1, 30)")
+    executions.rows("INSERT INTO job_queue (kind) VALUES ('fail')")
+    executions.rows("INSERT INTO job_queue (kind, max_attempts) VALUES ('crash', 1)")
+    wait_until(lambda: executions.value(
+        "SELECT count(*) FROM job_queue WHERE attempts > 0 AND state <> 'running'") == 32, 20)
+    url = f"http://127.0.0.1:{port}/metrics"
+
+    def scraped():
+        text = fetch(url)[1]
+        done = metric(text, "motir_jobs_finished_total", kind="record", outcome="succeeded")
+        return text if done == 30 else None
+    text = wait_until(scraped, 10, message="metrics of 30 succeeded jobs")
+    assert metric(text, "motir_jobs_finished_total", kind="fail", outcome="retried") == 1
+    assert metric(text, "motir_job_duration_seconds_count", kind="record") == 30
+    assert metric(text, "motir_worker_restarts_total", reason="died") == 1
+    assert metric(text, "motir_claims_released_total", reason="dead_worker") == 1
+    assert metric(text, "motir_jobs_claimed_total", queue="default") == 32
+    supervisor.wait_for_workers(2)
+
+
+def test_retry_cancel_and_prune_commands(database_url, sql):
+    failed = sql.value("INSERT INTO job_queue (kind, state, attempts, finished_at)"
+                       " VALUES ('x', 'failed', 5, now()) RETURNING id")
+    pending = sql.value("INSERT INTO job_queue (kind) VALUES ('x') RETURNING id")
+    done = sql.value("INSERT INTO job_queue (kind, state, finished_at)"
+                     " VALUES ('x', 'succeeded', now() - interval '3 hours') RETURNING id")
+
+    result = cli(database_url, "retry", str(failed))
+    assert result.returncode == 0, result.stderr
+    assert sql.rows("SELECT state, attempts FROM job_queue WHERE id = %s",
+                    (failed,)) == [("pending", 0)]
+    result = cli(database_url, "retry", str(pending))
+    assert result.returncode == 1 and "only failed or cancelled" in result.stderr
+    assert cli(database_url, "retry", "999999").stderr.strip() == "Error: no job 999999"
+
+    assert cli(database_url, "cancel", str(pending)).returncode == 0
+    assert state_of(sql, pending) == "cancelled"
+    result = cli(database_url, "cancel", str(done))
+    assert result.returncode == 1 and "already succeeded" in result.stderr
+
+    sql.rows("UPDATE job_queue SET state = 'failed', finished_at = now() WHERE id = %s",
+             (failed,))
+    sql.rows("INSERT INTO job_queue (kind, state, finished_at) VALUES ('y', 'failed', now())")
+    result = cli(database_url, "retry", "--kind", "x")
+    assert result.stdout.strip() == "1 failed x jobs are pending again"
+
+    result = cli(database_url, "prune", "--older-than", "2")
+    assert result.stdout.strip() == "deleted 1 finished jobs"
+    assert state_of(sql, done) is None
+    assert state_of(sql, pending) == "cancelled"  # finished just now: kept
+
+
+def test_cancelling_a_running_job_stops_it(executions, start_supervisor, database_url):
+    start_supervisor("--workers", "1", "--lease-seconds", "3")
+    job_id = executions.value("INSERT INTO job_queue (kind, payload) VALUES"
+                              " ('steps', '{\"steps\": 300, \"step_seconds\": 0.1}') RETURNING id")
+    wait_until(lambda: state_of(executions, job_id) == "running", 10)
+    result = cli(database_url, "cancel", str(job_id))
+    assert result.returncode == 0 and "is running" in result.stdout
+    # The worker renews every third of the 3 s lease and sees the request.
+    wait_until(lambda: state_of(executions, job_id) == "cancelled", 5)
+    assert executions.value("SELECT locked_by FROM job_queue WHERE id = %s", (job_id,)) is None
+
+
+def test_retention_prunes_old_finished_rows_in_batches(store, sql):
+    sql.rows("INSERT INTO job_queue (kind, state, finished_at) SELECT 'x', 'succeeded',"
+             " now() - interval '10 days' FROM generate_series(1, 2500)")
+    sql.rows("INSERT INTO job_queue (kind, state, finished_at) VALUES"
+             " ('x', 'succeeded', now()), ('x', 'failed', now() - interval '10 days')")
+    reaper = Reaper(store, every_seconds=60, retention_hours=24)
+    assert reaper.run_once().pruned == 2500
+    assert sql.value("SELECT count(*) FROM job_queue") == 2
+    assert Reaper(store, every_seconds=60, retention_hours=0).prune_finished() == 0
+
+
+def test_the_reaper_expires_only_stale_leases(store, sql):
+    sql.rows("INSERT INTO job_queue (kind, state, locked_by, lease_expires_at, attempts,"
+             " max_attempts) VALUES ('x', 'running', 'a', now() - interval '1 s', 1, 3),"
+             " ('x', 'running', 'b', now() - interval '1 s', 3, 3),"
+             " ('x', 'running', 'c', now() + interval '1 min', 1, 3)")
+    assert Reaper(store, 60, 0).run_once().expired == 2
+    assert sql.rows("SELECT locked_by IS NULL, state FROM job_queue ORDER BY id") == [
+        (True, "pending"), (True, "failed"), (False, "running")]
+
+
+def test_poll_only_mode_still_runs_jobs(executions, start_supervisor):
+    supervisor = start_supervisor("--workers", "1", "--no-listen", "--poll-seconds", "0.2")
+    supervisor.wait_for_workers(1)
+    job_id = executions.value("INSERT INTO job_queue (kind) VALUES ('record') RETURNING id")
+    wait_until(lambda: state_of(executions, job_id) == "succeeded", 5)
+    assert "polling only" in supervisor.output()
+    assert "listening" not in supervisor.output()
+
+
+def test_json_logs_are_one_object_per_line(database_url, sql, executions):
+    sql.rows("INSERT INTO job_queue (kind) VALUES ('record')")
+    process = subprocess.Popen(
+        [*CLI, "--log-format", "json", "--workers", "1", "--app", "tests.apps.sample"],
+        env={**os.environ, "DATABASE_URL": database_url, "PYTHONPATH": str(ROOT)},
+        stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    wait_until(lambda: sql.value("SELECT state FROM job_queue") == "succeeded", 10)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=15)
+    entries = [json.loads(line) for line in stderr.splitlines()]
+    assert any("record attempt 1/5 succeeded" in e["message"] for e in entries)
+    assert {"time", "level", "pid", "logger", "message"} <= set(entries[0])
