@@ -20,7 +20,8 @@ import psycopg2
 from pytest_postgresql.executors import PostgreSQLExecutor
 
 WRAPPER = Path(__file__).with_name("pg_ctl_unprivileged.sh")
-#: Test servers trade durability for speed; the benchmark passes "" instead.
+#: Test servers trade durability for speed. pytest-postgresql starts every
+#: server with -F (fsync off); the benchmark overrides that with -c fsync=on.
 FAST_AND_UNSAFE = "-c fsync=off -c full_page_writes=off -c synchronous_commit=off"
 
 
