@@ -104,6 +104,8 @@ def main(log_level: str, log_format: str) -> None:
 @click.option("--retry-base-seconds", envvar="MOTIR_RETRY_BASE_SECONDS", type=float,
               default=5.0, show_default=True,
               help="First retry delay after a failure; doubles per attempt, with jitter.")
+@click.option("--batch-size", envvar="MOTIR_BATCH_SIZE", type=int, default=16, show_default=True,
+              help="Most jobs one claim takes (a worker grows to it while jobs finish fast).")
 @click.option("--retention-hours", envvar="MOTIR_RETENTION_HOURS", type=float, default=168.0,
               show_default=True, help="Delete succeeded/cancelled jobs older than this; 0 keeps.")
 @click.option("--metrics-port", envvar="MOTIR_METRICS_PORT", type=int, default=None,
@@ -111,14 +113,15 @@ def main(log_level: str, log_format: str) -> None:
 @click.option("--listen/--no-listen", envvar="MOTIR_LISTEN", default=True, show_default=True,
               help="--no-listen polls only (for PgBouncer in transaction mode).")
 def run(database_url, workers, apps, queues, lease_seconds, drain_seconds, poll_seconds,
-        retry_base_seconds, retention_hours, metrics_port, listen) -> None:
+        retry_base_seconds, batch_size, retention_hours, metrics_port, listen) -> None:
     """Run the supervisor and its workers until SIGTERM or SIGINT."""
     try:
         config = Config(
             database_url=require_database(database_url), workers=workers, apps=tuple(apps),
             queues=tuple(queues), lease_seconds=lease_seconds, drain_seconds=drain_seconds,
             poll_seconds=poll_seconds, retry_base_seconds=retry_base_seconds,
-            retention_hours=retention_hours, metrics_port=metrics_port, listen=listen)
+            batch_size=batch_size, retention_hours=retention_hours, metrics_port=metrics_port,
+            listen=listen)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     for module in config.apps:

@@ -23,9 +23,11 @@ class ConfigError(ValueError):
 # 10 s) while a lost machine's jobs return within about 45 s.
 LEASE_SECONDS = 30.0
 RENEWALS_PER_LEASE = 3
-# Below this a renewal interval (lease / 3) is shorter than one slow round
-# trip plus a reconnect, and leases would expire under healthy workers.
-MIN_LEASE_SECONDS = 3.0
+# A worker's connection gives up on an unresponsive server after one renewal
+# interval (lease / 3), so that it can still stop its handler before the
+# lease runs out; below this that interval is shorter than libpq's shortest
+# connect timeout (2 s), and leases would expire under healthy workers.
+MIN_LEASE_SECONDS = 6.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +50,10 @@ class Config:
     retry_base_seconds: float = 5.0
     #: Cap of the retry delay.
     retry_max_seconds: float = 3600.0
+    #: Most jobs one claim takes. A worker starts at one and doubles while its
+    #: jobs finish fast, so short jobs share round trips and long ones do not
+    #: wait behind each other.
+    batch_size: int = 16
     #: Succeeded and cancelled rows older than this are deleted; 0 keeps them.
     retention_hours: float = 168.0
     #: Port of the fleet's Prometheus metrics; None serves none.
@@ -71,6 +77,8 @@ class Config:
             raise ConfigError(f"--poll-seconds must be positive, got {self.poll_seconds:g}")
         if self.retry_base_seconds < 0 or self.retry_max_seconds < self.retry_base_seconds:
             raise ConfigError("retry delays must satisfy 0 <= base <= max")
+        if not 1 <= self.batch_size <= 1000:
+            raise ConfigError(f"--batch-size must be between 1 and 1000, got {self.batch_size}")
         if self.retention_hours < 0:
             raise ConfigError(f"--retention-hours cannot be negative, got {self.retention_hours:g}")
         if self.metrics_port is not None and not 0 < self.metrics_port < 65536:

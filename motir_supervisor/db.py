@@ -71,6 +71,17 @@ class ClaimedJob:
     checkpoint_data: Any
 
 
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """How one run ended, as record_outcomes writes it."""
+
+    job_id: int
+    #: None for a success; else the failure, readable by a person.
+    error: str | None = None
+    retry_in_seconds: float = 0.0
+    permanent: bool = False
+
+
 def describe_dsn(dsn: str) -> str:
     """``user@host:port/dbname`` for logs and titles: never the password."""
     try:
@@ -102,24 +113,28 @@ def one_line(error: BaseException, dsn: str) -> str:
     return scrub(text, dsn)
 
 
-def connect(dsn: str, application_name: str) -> psycopg2.extensions.connection:
+def connect(dsn: str, application_name: str,
+            timeout_seconds: float = 20.0) -> psycopg2.extensions.connection:
     """Open an autocommit connection that notices a dead peer.
 
     Each statement of ours is its own transaction (the claim is a single
     statement), so autocommit costs nothing and leaves no transaction open
-    while a handler runs. The TCP keepalives and the user timeout bound how
-    long a half-open connection (a failed-over or unplugged server) can hang
-    a worker: about 20 s instead of the kernel's two hours.
+    while a handler runs. ``timeout_seconds`` bounds how long connecting, or
+    waiting on a half-open connection (a failed-over or unplugged server),
+    can hang the caller, instead of the kernel's two hours: the TCP user
+    timeout covers unacknowledged writes, keepalives an idle socket. A worker
+    passes a third of its lease, so that it notices in time to stop.
     """
+    probe = max(1, int(timeout_seconds / 3))
     conn = psycopg2.connect(
         dsn,
         application_name=application_name[:63],
-        connect_timeout=5,
+        connect_timeout=max(2, int(timeout_seconds)),
         keepalives=1,
-        keepalives_idle=5,
-        keepalives_interval=5,
-        keepalives_count=3,
-        tcp_user_timeout=20000,
+        keepalives_idle=probe,
+        keepalives_interval=probe,
+        keepalives_count=2,
+        tcp_user_timeout=int(timeout_seconds * 1000),
     )
     conn.autocommit = True
     return conn
@@ -128,9 +143,14 @@ def connect(dsn: str, application_name: str) -> psycopg2.extensions.connection:
 class JobStore:
     """The verbs the supervisor, the reaper and the workers use on job_queue."""
 
-    def __init__(self, dsn: str, application_name: str = "motir-supervisor"):
+    def __init__(self, dsn: str, application_name: str = "motir-supervisor",
+                 listen: bool = False, timeout_seconds: float = 20.0):
         self.dsn = dsn
         self.application_name = application_name
+        #: LISTEN on every connection this store opens, reconnects included,
+        #: so that no reconnect can leave a worker deaf to wake-ups.
+        self.listen = listen
+        self.timeout_seconds = timeout_seconds
         self._conn: psycopg2.extensions.connection | None = None
 
     # -- connection ---------------------------------------------------------
@@ -138,13 +158,17 @@ class JobStore:
     @property
     def conn(self) -> psycopg2.extensions.connection:
         if self._conn is None or self._conn.closed:
-            self._conn = connect(self.dsn, self.application_name)
+            self.open()
         return self._conn
 
     def open(self) -> None:
         """Connect now (reconnecting if need be), so that an outage shows here."""
         self.close()
-        self._conn = connect(self.dsn, self.application_name)
+        conn = connect(self.dsn, self.application_name, self.timeout_seconds)
+        if self.listen:
+            with conn.cursor() as cur:
+                cur.execute(f"LISTEN {WAKEUP_CHANNEL}")
+        self._conn = conn
 
     @property
     def connected(self) -> bool:
@@ -169,10 +193,6 @@ class JobStore:
             return cur.rowcount
 
     # -- wake-ups -----------------------------------------------------------
-
-    def listen(self) -> None:
-        with self.conn.cursor() as cur:
-            cur.execute(f"LISTEN {WAKEUP_CHANNEL}")
 
     def fileno(self) -> int:
         return self.conn.fileno()
@@ -212,30 +232,37 @@ class JobStore:
             "claimant": claimant, "ids": list(ids), "lease_seconds": lease_seconds})
         return dict(rows)
 
-    def mark_succeeded(self, job_id: int, claimant: str) -> bool:
-        """False when the claim was no longer ours: the write changed nothing."""
-        return bool(self._run("mark_succeeded", {"id": job_id, "claimant": claimant}))
+    def record_outcomes(self, claimant: str, outcomes: Sequence[Outcome]) -> dict[int, str]:
+        """{job id: new state} for the rows still ours; the others are left alone."""
+        if not outcomes:
+            return {}
+        rows = self._run("record_outcomes", {
+            "claimant": claimant,
+            "ids": [o.job_id for o in outcomes],
+            "errors": [o.error for o in outcomes],
+            "retry_in_seconds": [o.retry_in_seconds for o in outcomes],
+            "permanent": [o.permanent for o in outcomes]})
+        return dict(rows)
 
-    def mark_failed_attempt(self, job_id: int, claimant: str, error: str,
-                            retry_in_seconds: float, permanent: bool) -> str | None:
-        """The state the job went to (pending or failed); None if no longer ours."""
-        rows = self._run("mark_failed_attempt", {
-            "id": job_id, "claimant": claimant, "error": error,
-            "retry_in_seconds": retry_in_seconds, "permanent": permanent})
-        return rows[0][0] if rows else None
+    def note_error_of_running(self, job_id: int, claimant: str, error: str) -> None:
+        self._run("note_error_of_running", {"id": job_id, "claimant": claimant, "error": error})
 
     def save_checkpoint(self, job_id: int, claimant: str, data: Any) -> bool:
         return bool(self._run("save_checkpoint", {
             "id": job_id, "claimant": claimant, "checkpoint": psycopg2.extras.Json(data)}))
 
-    def release_claims_of(self, claimants: Sequence[str]) -> list[int]:
-        """Give unfinished jobs back without spending an attempt (a drain)."""
-        return [row[0] for row in self._run("release_claims_of", {"claimants": list(claimants)})]
+    def release_claims_of(self, claimants: Sequence[str],
+                          ids: Sequence[int] | None = None) -> list[int]:
+        """Give unfinished jobs back without spending an attempt (a drain);
+        all of the claimants' jobs, or only ``ids``."""
+        return [row[0] for row in self._run("release_claims_of", {
+            "claimants": list(claimants), "ids": list(ids) if ids is not None else None})]
 
-    def fail_claims_of_dead(self, claimants: Sequence[str], error: str) -> list[tuple[int, str]]:
-        """Give back the jobs of a dead claimant, spending the attempt."""
+    def fail_claims_of_dead(self, claimants: Sequence[str], ids: Sequence[int],
+                            error: str | None) -> list[tuple[int, str]]:
+        """Give back the jobs a dead claimant was running, spending the attempt."""
         return [tuple(r) for r in self._run("fail_claims_of_dead", {
-            "claimants": list(claimants), "error": error})]
+            "claimants": list(claimants), "ids": list(ids), "error": error})]
 
     def expire_stale_leases(self, limit: int = 500) -> list[tuple[int, str]]:
         return [tuple(r) for r in self._run("expire_stale_leases", {"limit": limit})]

@@ -14,6 +14,8 @@ import dataclasses
 import logging
 import time
 
+import psycopg2
+
 from . import db
 
 log = logging.getLogger(__name__)
@@ -74,6 +76,9 @@ class Reaper:
         self.next_pass = now + self.every_seconds
         try:
             self.run_once()
-        except db.CONNECTION_ERRORS as exc:
+        except psycopg2.Error as exc:
+            # Any database error (unreachable, read-only after a failover, a
+            # foreign key blocking retention) waits for the next pass; it
+            # must never take the supervisor down.
             self.store.close()
-            log.warning("reaper: database unreachable: %s", db.one_line(exc, self.store.dsn))
+            log.warning("reaper: %s", db.one_line(exc, self.store.dsn))

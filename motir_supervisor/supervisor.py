@@ -21,12 +21,14 @@ import tempfile
 import time
 from typing import Callable
 
+import psycopg2
 import setproctitle
 
 from . import db, metrics
 from .reaper import Reaper
 from .config import Config
-from .worker import EXIT_BOOT_FAILURE, EXIT_OK, EXIT_RECYCLE, Worker, set_parent_death_signal
+from .worker import (EXIT_BOOT_FAILURE, EXIT_OK, EXIT_TIMEOUT, HANDLED_SIGNALS, RunningSlot,
+                     Worker, set_parent_death_signal)
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,10 @@ MAX_RESPAWN_DELAY = 30.0
 EXIT_GRACE_SECONDS = 3.0
 #: A second stop signal gives workers this long to release and exit.
 ABORT_GRACE_SECONDS = 3.0
+#: A failed fork (out of memory, process limit) is retried after this long.
+FORK_RETRY_SECONDS = 1.0
+#: The second release of a dead worker's claims follows the first by this much.
+RELEASE_RECHECK_SECONDS = 2.0
 #: A metrics server that died is started again after this long.
 METRICS_RESTART_SECONDS = 5.0
 #: Longest sleep of the loop, so timers are never far off.
@@ -51,16 +57,30 @@ class Child:
     pid: int
     claimant: str
     started_at: float
+    #: Read end of the pipe the worker writes one byte to once it has booted.
+    ready_fd: int
+    #: Which job's handler the worker is running (shared memory).
+    slot: RunningSlot
     #: Asked to stop by us (shutdown, or fewer workers wanted): its
     #: unfinished jobs are given back without spending an attempt.
     retiring: bool = False
 
 
+#: A PendingRelease.death meaning: spend the attempt, keep the error the
+#: worker wrote itself.
+DEATH_NOTED = ""
+
+
 @dataclasses.dataclass(frozen=True)
 class PendingRelease:
     claimant: str
-    #: None: give the jobs back as a drain would; else the dead worker's error.
+    #: None: give the jobs back as a drain would; else the dead worker's error
+    #: (DEATH_NOTED: the one it wrote before going).
     death: str | None
+    #: The job whose handler was running when the worker went, if any.
+    running_job: int | None
+    #: Not before this monotonic time.
+    due: float
 
 
 def describe_exit(status: int) -> tuple[int, str]:
@@ -68,7 +88,10 @@ def describe_exit(status: int) -> tuple[int, str]:
     code = os.waitstatus_to_exitcode(status)
     if code >= 0:
         return code, f"exited with code {code}"
-    name = signal.Signals(-code).name
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:  # a real-time signal has no name
+        name = f"signal {-code}"
     words = f"was killed by {name}"
     if -code == signal.SIGKILL:
         words += " (perhaps out of memory?)"
@@ -251,8 +274,9 @@ class Supervisor:
         log.info("metrics on port %d (pid %d)", self.config.metrics_port, self.metrics_pid)
 
     def _serve_metrics(self) -> int:
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED_SIGNALS)
         set_parent_death_signal(signal.SIGTERM)
         setproctitle.setproctitle(f"motir-supervisor: metrics on :{self.config.metrics_port}")
         metrics.serve_forever(self.config.metrics_port)
@@ -267,22 +291,49 @@ class Supervisor:
 
     def spawn_worker(self, index: int) -> None:
         parent_pid = os.getpid()
-        pid = self._fork(lambda: Worker(self.config, index, self.claimant_of(index, os.getpid()),
-                                        parent_pid).run())
-        self.children[pid] = Child(index, pid, self.claimant_of(index, pid), time.monotonic())
+        ready_r, ready_w = os.pipe()
+        slot = RunningSlot()
+        try:
+            pid = self._fork(lambda: Worker(
+                self.config, index, self.claimant_of(index, os.getpid()), parent_pid,
+                ready_fd=ready_w, running_slot=slot).run(), keep_fd=ready_w)
+        except OSError as exc:
+            os.close(ready_r)
+            os.close(ready_w)
+            slot.close()
+            log.error("could not fork worker %d: %s; trying again in %gs", index, exc,
+                      FORK_RETRY_SECONDS)
+            self.respawn_at = time.monotonic() + FORK_RETRY_SECONDS
+            return
+        os.close(ready_w)
+        os.set_blocking(ready_r, False)
+        self.children[pid] = Child(index, pid, self.claimant_of(index, pid), time.monotonic(),
+                                   ready_r, slot)
         log.info("worker %d started (pid %d)", index, pid)
 
-    def _fork(self, body: Callable[[], int]) -> int:
-        """Fork; the child runs ``body`` and exits with its code, never returning here."""
+    def _fork(self, body: Callable[[], int], keep_fd: int = -1) -> int:
+        """Fork; the child runs ``body`` and exits with its code, never returning here.
+
+        The handled signals are blocked across the fork, so one that lands
+        before the child has installed its own handlers waits for them
+        instead of running the parent's handler in the child.
+        """
         self.store.close()  # no database connection crosses a fork
-        pid = os.fork()
+        signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
+        try:
+            pid = os.fork()
+        except OSError:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED_SIGNALS)
+            raise
         if pid:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED_SIGNALS)
             return pid
         code = 70  # EX_SOFTWARE: the child itself broke
         try:
             signal.set_wakeup_fd(-1)
-            os.close(self._wake_r)
-            os.close(self._wake_w)
+            for fd in (self._wake_r, self._wake_w, *(c.ready_fd for c in self.children.values())):
+                if fd != keep_fd:
+                    os.close(fd)
             code = body()
         except BaseException:  # noqa: BLE001 - whatever it was, this process ends here
             log.exception("process %d crashed", os.getpid())
@@ -308,25 +359,37 @@ class Supervisor:
                 self.worker_exited(child, status)
 
     def worker_exited(self, child: Child, status: int) -> None:
+        """Release what the worker held, then decide how to replace it.
+
+        The exit code is only a hint: a handler can end its process with any
+        code, so whatever the code, claims still held are released here.
+        """
         code, words = describe_exit(status)
         lived = time.monotonic() - child.started_at
-        if code == EXIT_BOOT_FAILURE:
+        booted = _read_ready(child.ready_fd)
+        running = child.slot.read()
+        child.slot.close()
+        if code == EXIT_BOOT_FAILURE and not booted:
             self.boot_failed = True
             if not self.stopping:
                 self.begin_drain("configuration error")
             return
-        if code == EXIT_RECYCLE:
-            metrics.record_restart("recycled")
-        if code in (EXIT_OK, EXIT_RECYCLE) or child.retiring:
-            level = logging.INFO if code in (EXIT_OK, EXIT_RECYCLE) else logging.WARNING
-            log.log(level, "worker %d (pid %d) %s", child.index, child.pid, words)
-            self.pending_releases.append(PendingRelease(child.claimant, None))
+        if child.retiring and code == EXIT_OK:
+            log.info("worker %d (pid %d) %s", child.index, child.pid, words)
+            self.queue_release(child.claimant, None, running)
+            return
+        if code == EXIT_TIMEOUT:
+            # The worker noted the timeout in the job's row before exiting.
+            log.warning("worker %d (pid %d) left a timed-out job behind; replacing it",
+                        child.index, child.pid)
+            metrics.record_restart("timeout")
+            self.queue_release(child.claimant, DEATH_NOTED, running)
             return
         log.error("worker %d (pid %d) %s after %.1fs; releasing its claims", child.index,
                   child.pid, words, lived)
         metrics.record_restart("died")
-        self.pending_releases.append(
-            PendingRelease(child.claimant, f"worker {child.claimant} {words} while running it"))
+        self.queue_release(child.claimant, f"worker {child.claimant} {words} while running it",
+                           running)
         self.crash_streak = self.crash_streak + 1 if lived < CRASH_WINDOW_SECONDS else 1
         delay = 0.0 if self.crash_streak <= 1 else min(
             MAX_RESPAWN_DELAY, 0.5 * 2 ** (self.crash_streak - 2))
@@ -335,35 +398,59 @@ class Supervisor:
                         self.crash_streak, delay)
         self.respawn_at = time.monotonic() + delay
 
+    def queue_release(self, claimant: str, death: str | None, running_job: int | None) -> None:
+        """Release now, and once more a little later: a claim statement the
+        worker sent just before it died may commit after the first release."""
+        now = time.monotonic()
+        for due in (now, now + RELEASE_RECHECK_SECONDS):
+            self.pending_releases.append(PendingRelease(claimant, death, running_job, due))
+
     # -- database chores ------------------------------------------------------
 
     def release_claims_of_exited(self, final: bool = False) -> None:
-        """Give back the jobs of exited workers; keep what fails for the next turn."""
-        attempts = 5 if final else 1
-        for attempt in range(attempts):
-            if not self.pending_releases:
+        """Give back the jobs of exited workers; keep what fails for the next turn.
+
+        ``final``: the supervisor is about to exit, so releases not due yet
+        are done now and an unreachable database is tried a few times.
+        """
+        for attempt in range(5 if final else 1):
+            due = [r for r in self.pending_releases if final or r.due <= time.monotonic()]
+            if not due:
                 return
             try:
-                while self.pending_releases:
-                    item = self.pending_releases[0]
-                    if item.death is None:
-                        ids = self.store.release_claims_of([item.claimant])
-                        if ids:
-                            log.warning("released unfinished jobs %s of %s", ids, item.claimant)
-                        metrics.record_release("stopped_worker", len(ids))
-                    else:
-                        rows = self.store.fail_claims_of_dead([item.claimant], item.death)
-                        for job_id, state in rows:
-                            log.warning("job %d, held by dead worker %s, is now %s", job_id,
-                                        item.claimant, state)
-                        metrics.record_release("dead_worker", len(rows))
-                    self.pending_releases.pop(0)
-            except db.CONNECTION_ERRORS as exc:
+                for item in due:
+                    self._release(item)
+                    self.pending_releases.remove(item)
+            except psycopg2.Error as exc:
                 self.store.close()
                 log.warning("could not release claims of exited workers yet: %s",
                             db.one_line(exc, self.config.database_url))
-                if final and attempt + 1 < attempts:
+                if final and attempt < 4:
                     time.sleep(1)
         if final and self.pending_releases:
-            log.error("gave up releasing %d claims; their leases will expire",
-                      len(self.pending_releases))
+            log.error("gave up releasing claims of %d exited workers; their leases will expire",
+                      len({r.claimant for r in self.pending_releases}))
+
+    def _release(self, item: PendingRelease) -> None:
+        """The running job of a dead worker spends its attempt; everything
+        else it held (a drain's leftovers, a batch's unstarted jobs) goes
+        back as it was."""
+        if item.death is not None and item.running_job is not None:
+            rows = self.store.fail_claims_of_dead([item.claimant], [item.running_job],
+                                                  item.death or None)
+            for job_id, state in rows:
+                log.warning("job %d, running in exited worker %s, is now %s", job_id,
+                            item.claimant, state)
+            metrics.record_release("dead_worker", len(rows))
+        ids = self.store.release_claims_of([item.claimant])
+        if ids:
+            log.warning("released unfinished jobs %s of %s", ids, item.claimant)
+        metrics.record_release("stopped_worker", len(ids))
+
+def _read_ready(fd: int) -> bool:
+    try:
+        return os.read(fd, 1) == b"R"
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)

@@ -1,16 +1,24 @@
 """One worker process: listen, claim, run, record, renew.
 
 The supervisor forks the process and calls :meth:`Worker.run` in the child;
-this module does no forking and holds no SQL (it calls :mod:`db`). The main
-thread owns the database connection and the waiting; each handler runs in a
-thread of its own so that the main thread can renew the lease, notice
-signals and enforce timeouts and the drain deadline while it runs.
+this module does no forking and holds no SQL (it calls :mod:`db`).
+
+The main thread owns the connection and all waiting. It claims a batch of
+due jobs, hands the batch to a handler thread that runs them one after the
+other, and meanwhile renews the batch's lease, notices signals, cancellations
+and a lapsing lease, enforces timeouts and the drain deadline, and writes the
+outcomes of finished runs, many per statement. While a handler may still be
+running, this process never gives its claim back itself: it exits, and the
+supervisor releases the claim once the process is gone, so a job can never
+run here and elsewhere at once.
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import logging
+import mmap
 import os
 import random
 import select
@@ -18,7 +26,7 @@ import signal
 import threading
 import time
 import traceback
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import setproctitle
 
@@ -26,19 +34,36 @@ from . import db, metrics, registry
 from .config import Config
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
-#: Exit codes a worker uses to tell its supervisor how it ended.
+#: Exit codes a worker uses to tell its supervisor how it ended. Whatever the
+#: code, the supervisor releases what the worker still holds once it is gone.
 EXIT_OK = 0
 #: Configuration error (an --app module that does not import): do not restart.
+#: Trusted only from a worker that never reported itself booted.
 EXIT_BOOT_FAILURE = 4
-#: The worker left a handler thread behind (a timeout) and asks to be replaced.
-EXIT_RECYCLE = 5
+#: A handler ran past its timeout; the worker noted why and left it behind.
+EXIT_TIMEOUT = 5
+#: The lease ran out without a successful renewal (the database was out of
+#: reach): the job may be running elsewhere already, so this run must end.
+EXIT_LEASE_LOST = 6
 
 #: last_error keeps at most this many characters: enough for a message and
 #: the innermost frames, small enough to keep rows and status output lean.
 MAX_ERROR_CHARS = 4000
+#: A batch that finished within this doubles the next claim; one that took
+#: longer than SLOW_BATCH_SECONDS drops it back to a single job, so jobs never
+#: queue for long behind a slow one inside a worker.
+FAST_BATCH_SECONDS = 0.1
+SLOW_BATCH_SECONDS = 0.5
+#: While a batch runs, finished outcomes are written at least this often.
+OUTCOME_FLUSH_SECONDS = 0.2
 
 _PR_SET_PDEATHSIG = 1
+
+#: The signals a worker handles; the supervisor forks with them blocked.
+HANDLED_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGCHLD,
+                    signal.SIGTTIN, signal.SIGTTOU}
 
 
 def retry_delay(attempt: int, base: float, cap: float) -> float:
@@ -70,47 +95,173 @@ def set_parent_death_signal(signum: int) -> None:
         pass
 
 
-class _Abandon(Exception):
-    """The running job must be given up now (abort signal, drain deadline)."""
+class RunningSlot:
+    """Eight bytes of memory shared by a worker and its supervisor: the id of
+    the job whose handler runs right now, 0 between runs.
+
+    When a worker dies, its supervisor reads it to tell the job that was
+    running (its attempt counts: it may be what killed the worker) from the
+    jobs of the same batch that had not started (given back untouched).
+    """
+
+    def __init__(self) -> None:
+        self._memory = mmap.mmap(-1, 8)  # anonymous and shared: survives the fork
+
+    def set(self, job_id: int) -> None:
+        self._memory[:8] = job_id.to_bytes(8, "little")
+
+    def clear(self) -> None:
+        self.set(0)
+
+    def read(self) -> int | None:
+        return int.from_bytes(self._memory[:8], "little") or None
+
+    def close(self) -> None:
+        self._memory.close()
+
+
+class ExitNow(Exception):
+    """End this process now with ``code``; the supervisor releases what is held."""
+
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
+
+
+@dataclasses.dataclass
+class Run:
+    """One claimed job inside a batch, as the two threads share it."""
+
+    claimed: db.ClaimedJob
+    stopping: threading.Event
+    started: float | None = None
+    #: Set by the handler thread when the run ended; then ``error`` is final.
+    ended: bool = False
+    error: BaseException | None = None
+    duration: float = 0.0
+    #: Its outcome (or release) is in the database: the claim is no longer held.
+    written: bool = False
+
+
+class Batch:
+    """The jobs of one claim and the handler thread that runs them in order."""
+
+    def __init__(self, worker: "Worker", jobs: list[db.ClaimedJob]):
+        self.worker = worker
+        self.runs = [Run(job, threading.Event()) for job in jobs]
+        #: Guards the decision to start the next run against a stop request.
+        self.lock = threading.Lock()
+        self.stopped = False
+        self.done = False
+        self.thread = threading.Thread(target=self._run_all, name="handlers", daemon=True)
+
+    def _run_all(self) -> None:
+        try:
+            for run in self.runs:
+                with self.lock:
+                    if self.stopped:
+                        break
+                    run.started = time.monotonic()
+                self.worker.running_slot.set(run.claimed.id)
+                self._run_one(run)
+                self.worker.running_slot.clear()
+        finally:
+            self.done = True
+            self.worker.wake()
+
+    def _run_one(self, run: Run) -> None:
+        job = run.claimed
+        registration = registry.registration_for(job.kind)
+        try:
+            if registration is None:
+                known = ", ".join(registry.registered_kinds()) or "none"
+                raise LookupError(f"no handler registered for job kind {job.kind!r}"
+                                  f" (registered: {known})")
+            self.worker.title(f"running job {job.id} {job.kind}")
+            registration.handler(registry.Job(
+                id=job.id, kind=job.kind, queue=job.queue, payload=job.payload,
+                attempt=job.attempt, max_attempts=job.max_attempts,
+                checkpoint_data=job.checkpoint_data, stopping=run.stopping,
+                save_checkpoint=lambda data: self.worker.save_checkpoint(job.id, data)))
+        except BaseException as exc:  # noqa: BLE001 - every failure is the job's outcome
+            run.error = exc
+        run.duration = time.monotonic() - run.started
+        run.ended = True
+        if run.duration > OUTCOME_FLUSH_SECONDS:
+            self.worker.wake()  # a slow run's outcome is worth writing now
+
+    def stop_starting(self) -> list[Run]:
+        """No further run starts; returns the runs that never started."""
+        with self.lock:
+            self.stopped = True
+            return [run for run in self.runs if run.started is None]
+
+    @property
+    def current(self) -> Run | None:
+        for run in self.runs:
+            if run.started is not None and not run.ended:
+                return run
+        return None
 
 
 class Worker:
-    def __init__(self, config: Config, index: int, claimant: str, parent_pid: int):
+    def __init__(self, config: Config, index: int, claimant: str, parent_pid: int,
+                 ready_fd: int = -1, running_slot: RunningSlot | None = None):
         self.config = config
+        self.running_slot = running_slot or RunningSlot()
         self.index = index
         self.claimant = claimant
         self.parent_pid = parent_pid
+        self.ready_fd = ready_fd
         self.store = db.JobStore(config.database_url,
-                                 application_name=f"motir-supervisor worker {index}")
+                                 application_name=f"motir-supervisor worker {index}",
+                                 listen=config.listen, timeout_seconds=config.renew_every)
+        # Checkpoints come from the handler thread; a store of their own keeps
+        # the main thread's connection (and its LISTEN) out of its hands.
+        self._checkpoint_store = db.JobStore(
+            config.database_url, application_name=f"motir-supervisor worker {index} checkpoints",
+            timeout_seconds=config.renew_every)
         self.queues = list(config.queues) or None
         self._signals: list[int] = []
         self._wake_r, self._wake_w = -1, -1
         self.stop_requested = False
         self.abort_requested = False
         self.drain_deadline = float("inf")
+        self.batch_size = 1
         self._idle_backoff = 0.0
         self._reconnect_backoff = 0.0
-        self._must_exit_code: int | None = None
 
     # -- lifecycle ----------------------------------------------------------
 
     def run(self) -> int:
-        """The child's whole life; returns its exit code."""
+        """The child's whole life; returns its exit code.
+
+        The supervisor forks with the stop signals blocked; they stay blocked
+        until this process's own handlers are installed, so none is lost.
+        """
         self._install_signals()
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED_SIGNALS)
         set_parent_death_signal(signal.SIGTERM)
-        self._title("booting")
+        self.title("booting")
         try:
             registry.import_apps(self.config.apps)
         except registry.AppImportError as exc:
             log.error("worker %d: %s", self.index, exc)
             return EXIT_BOOT_FAILURE
+        self._report_ready()
         log.debug("worker %d (pid %d) up as %s", self.index, os.getpid(), self.claimant)
         try:
             self._work_until_stopped()
+        except ExitNow as exit_now:
+            return exit_now.code
         finally:
-            self._release_own_claims()
             self.store.close()
-        return self._must_exit_code if self._must_exit_code is not None else EXIT_OK
+        return EXIT_OK
+
+    def _report_ready(self) -> None:
+        if self.ready_fd >= 0:
+            os.write(self.ready_fd, b"R")
+            os.close(self.ready_fd)
 
     def _install_signals(self) -> None:
         self._wake_r, self._wake_w = os.pipe()
@@ -122,8 +273,9 @@ class Worker:
         # Ctrl-C reaches the whole process group; the supervisor forwards it
         # as SIGTERM, so the worker itself must not count it a second time.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        for signum in (signal.SIGCHLD, signal.SIGTTIN, signal.SIGTTOU, signal.SIGHUP):
-            signal.signal(signum, signal.SIG_DFL if signum == signal.SIGCHLD else signal.SIG_IGN)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for signum in (signal.SIGTTIN, signal.SIGTTOU, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)
 
     def _record_signal(self, signum: int, frame: Any) -> None:
         # Only record: the byte set_wakeup_fd writes wakes whatever waits.
@@ -145,11 +297,18 @@ class Worker:
             self.stop_requested = True
             self.drain_deadline = time.monotonic() + self.config.drain_seconds
 
-    def _title(self, doing: str) -> None:
+    def title(self, doing: str) -> None:
         setproctitle.setproctitle(f"motir-supervisor: worker {self.index} {doing}")
 
+    def wake(self) -> None:
+        """Wake the main thread (called from the handler thread)."""
+        try:
+            os.write(self._wake_w, b"\0")
+        except OSError:
+            pass
+
     def _sleep(self, seconds: float) -> None:
-        """Sleep, but wake for a signal (or a finished handler)."""
+        """Sleep, but wake for a signal or the handler thread."""
         if seconds > 0:
             select.select([self._wake_r], [], [], seconds)
         self._drain_wake_pipe()
@@ -166,31 +325,26 @@ class Worker:
     def _work_until_stopped(self) -> None:
         while True:
             self._absorb_signals()
-            if self.stop_requested or self._must_exit_code is not None:
+            if self.stop_requested:
                 return
             try:
                 if not self.store.connected:
                     self._connect()
-                self._title("claiming")
-                jobs = self.store.claim_due_jobs(self.claimant, 1, self.config.lease_seconds,
-                                                 self.queues)
+                self.title("claiming")
+                claim_sent = time.monotonic()
+                jobs = self.store.claim_due_jobs(self.claimant, self.batch_size,
+                                                 self.config.lease_seconds, self.queues)
                 self._reconnect_backoff = 0.0
                 if jobs:
                     self._idle_backoff = 0.0
-                    metrics.record_claim(jobs[0].queue)
-                    for claimed in jobs:
-                        self._run_claimed(claimed)
+                    self._run_batch(jobs, claim_sent)
                 else:
                     self._wait_for_work()
             except db.CONNECTION_ERRORS as exc:
                 self._lost_connection(exc)
-            except _Abandon:
-                return
 
     def _connect(self) -> None:
         self.store.open()
-        if self.config.listen:
-            self.store.listen()
         log.debug("worker %d connected to %s, %s", self.index,
                   db.describe_dsn(self.config.database_url),
                   "listening" if self.config.listen else "polling only")
@@ -201,12 +355,12 @@ class Worker:
         wait = self._reconnect_backoff * random.uniform(0.5, 1.0)
         log.warning("worker %d: database unreachable (%s); retrying in %.1fs", self.index,
                     db.one_line(exc, self.config.database_url), wait)
-        self._title("waiting for the database")
+        self.title("waiting for the database")
         self._sleep(wait)
 
     def _wait_for_work(self) -> None:
         """Idle until a notification, a signal, the next due job or the poll timer."""
-        self._title("idle")
+        self.title("idle")
         if self._wanted(self.store.take_notifications()):
             return
         self._idle_backoff = min(max(self._idle_backoff * 2, 0.05), self.config.poll_seconds)
@@ -214,6 +368,10 @@ class Worker:
         until_due = self.store.seconds_until_next_due(self.queues)
         if until_due is not None and until_due > 0:
             timeout = min(timeout, until_due)
+        # That query may have read a notification off the socket; select
+        # would not see it again.
+        if self._wanted(self.store.take_notifications()):
+            return
         ready = self.store.wait_readable([self._wake_r], timeout)
         if self._wake_r in ready:
             self._drain_wake_pipe()
@@ -226,162 +384,180 @@ class Worker:
             return False
         return self.queues is None or any(q in self.queues for q in notified_queues)
 
-    # -- one job --------------------------------------------------------------
+    # -- a batch --------------------------------------------------------------
 
-    def _run_claimed(self, claimed: db.ClaimedJob) -> None:
+    def _run_batch(self, jobs: list[db.ClaimedJob], claim_sent: float) -> None:
+        for job in jobs:
+            metrics.record_claim(job.queue)
+        batch = Batch(self, jobs)
         self._absorb_signals()
         if self.stop_requested:
             # Claimed while the stop signal landed: nothing starts after it.
-            self.store.release_claims_of([self.claimant])
+            self._release_unstarted(batch.stop_starting())
             return
-        registration = registry.registration_for(claimed.kind)
+        batch.thread.start()
         started = time.monotonic()
-        if registration is None:
-            known = ", ".join(registry.registered_kinds()) or "none"
-            error = f"no handler registered for job kind {claimed.kind!r} (registered: {known})"
-            self._record_failure(claimed, error, started, permanent=False)
-            return
-        self._title(f"running job {claimed.id} {claimed.kind}")
-        stopping = threading.Event()
-        handle = registry.Job(
-            id=claimed.id, kind=claimed.kind, queue=claimed.queue, payload=claimed.payload,
-            attempt=claimed.attempt, max_attempts=claimed.max_attempts,
-            checkpoint_data=claimed.checkpoint_data, stopping=stopping,
-            save_checkpoint=lambda data: self.store.save_checkpoint(
-                claimed.id, self.claimant, data),
-        )
-        outcome: dict[str, BaseException | None] = {}
-        thread = threading.Thread(target=self._call_handler,
-                                  args=(registration.handler, handle, outcome),
-                                  name=f"job-{claimed.id}", daemon=True)
-        thread.start()
-        if not self._supervise_handler(claimed, registration, outcome, stopping, started):
-            return  # timed out: already recorded
-        error = outcome["error"]
-        if isinstance(error, registry.Interrupted):
-            self._give_back(claimed, started, "its handler stopped at a checkpoint")
-        elif error is None:
-            self._record_success(claimed, started)
-        else:
-            self._record_failure(claimed, describe_failure(error), started,
-                                 permanent=isinstance(error, registry.PermanentFailure))
+        self._supervise(batch, claim_sent)
+        self._flush_outcomes(batch)
+        took = time.monotonic() - started
+        if took < FAST_BATCH_SECONDS and len(jobs) == self.batch_size:
+            self.batch_size = min(self.batch_size * 2, self.config.batch_size)
+        elif took > SLOW_BATCH_SECONDS:
+            self.batch_size = 1
 
-    def _call_handler(self, handler: Callable, handle: registry.Job,
-                      outcome: dict[str, BaseException | None]) -> None:
-        try:
-            handler(handle)
-            outcome["error"] = None
-        except BaseException as exc:  # noqa: BLE001 - every failure is the job's outcome
-            outcome["error"] = exc
-        finally:
-            try:
-                os.write(self._wake_w, b"\0")
-            except OSError:
-                pass
-
-    def _supervise_handler(self, claimed: db.ClaimedJob, registration: registry.Registration,
-                           outcome: dict[str, BaseException | None],
-                           stopping: threading.Event, started: float) -> bool:
-        """Wait for the handler while renewing the lease.
-
-        True when the handler finished; False when it ran past its timeout
-        (recorded here). Raises _Abandon when the job must be given up now.
-        """
-        next_renewal = started + self.config.renew_every
-        timeout_at = started + registration.timeout if registration.timeout else float("inf")
-        # The handler thread fills ``outcome`` before it writes the wake-up byte.
-        while "error" not in outcome:
+    def _supervise(self, batch: Batch, lease_confirmed: float) -> None:
+        """Wait for the batch while renewing its lease; raise ExitNow to give up."""
+        lease = self.config.lease_seconds
+        next_renewal = lease_confirmed + self.config.renew_every
+        while not batch.done:
             now = time.monotonic()
-            wake_at = min(next_renewal, timeout_at,
+            current = batch.current
+            timeout_at = _timeout_at(current)
+            wake_at = min(next_renewal, timeout_at, now + OUTCOME_FLUSH_SECONDS,
                           self.drain_deadline if self.stop_requested else float("inf"))
             self._sleep(wake_at - now)
-            if "error" in outcome:
-                return True
+            if batch.done:
+                return
             self._absorb_signals()
             now = time.monotonic()
-            if self.stop_requested:
-                stopping.set()
-                if now >= self.drain_deadline:
-                    self._give_back(claimed, started, "the drain deadline passed")
-                    raise _Abandon
-            if now >= timeout_at:
-                self._record_failure(
-                    claimed, f"TimeoutError: job ran past its timeout of {registration.timeout:g}s",
-                    started, permanent=False)
-                # The handler thread cannot be stopped from outside; this
-                # process ends and its supervisor starts a fresh one.
-                self._must_exit_code = EXIT_RECYCLE
-                return False
+            if self.stop_requested and not batch.stopped:
+                for run in batch.runs:
+                    run.stopping.set()
+                self._release_unstarted(batch.stop_starting(), wait=False)
+            if self.stop_requested and now >= self.drain_deadline:
+                self._flush_outcomes(batch, wait=False)
+                if batch.current is not None:
+                    log.warning("worker %d: drain deadline passed with job %d still running;"
+                                " its claim is released as this worker exits", self.index,
+                                batch.current.claimed.id)
+                raise ExitNow(EXIT_OK)
+            current = batch.current
+            if current is not None and now >= _timeout_at(current):
+                self._abandon_timed_out(batch, current)
             if now >= next_renewal:
                 next_renewal = now + self.config.renew_every
-                if not self._renew_lease(claimed):
-                    stopping.set()
-        return True
+                if self._renew_leases(batch):
+                    lease_confirmed = now
+            if now - lease_confirmed > lease - self.config.renew_every:
+                # Renewals keep failing: the claim may soon be someone else's.
+                for run in batch.runs:
+                    run.stopping.set()
+            if now - lease_confirmed >= lease:
+                log.error("worker %d: lease of its jobs ran out without a renewal; stopping"
+                          " this run so that it cannot overlap a takeover", self.index)
+                raise ExitNow(EXIT_LEASE_LOST)
+            self._flush_outcomes(batch, wait=False)
 
-    def _renew_lease(self, claimed: db.ClaimedJob) -> bool:
-        """False when the handler should stop: the job is no longer ours, or was
-        cancelled. A failed round trip is retried at the next renewal."""
+    def _abandon_timed_out(self, batch: Batch, run: Run) -> None:
+        registration = registry.registration_for(run.claimed.kind)
+        error = f"TimeoutError: job ran past its timeout of {registration.timeout:g}s"
+        self._flush_outcomes(batch, wait=False)
+        self._release_unstarted(batch.stop_starting(), wait=False)
+        # If this write fails, the supervisor's release says the worker died.
+        self._write(lambda: self.store.note_error_of_running(run.claimed.id, self.claimant,
+                                                             error), wait=False)
+        self._log_outcome(run, "timed out", error)
+        # The handler thread cannot be stopped from outside: this process
+        # ends, the supervisor releases the claim (the attempt counts) and
+        # starts a fresh worker.
+        raise ExitNow(EXIT_TIMEOUT)
+
+    def _renew_leases(self, batch: Batch) -> bool:
+        """Renew the claims still held; True when the database confirmed it."""
+        held = [run for run in batch.runs if not run.written]
+        if not held:
+            return True
         try:
             if not self.store.connected:
                 self._connect()
-            renewed = self.store.renew_leases(self.claimant, [claimed.id],
+            renewed = self.store.renew_leases(self.claimant, [r.claimed.id for r in held],
                                               self.config.lease_seconds)
-            if claimed.id not in renewed:
-                log.warning("worker %d: lost the claim on job %d (lease expired and taken"
-                            " over); asking its handler to stop", self.index, claimed.id)
-                return False
-            if renewed[claimed.id]:
-                log.info("worker %d: job %d was cancelled; asking its handler to stop",
-                         self.index, claimed.id)
-                return False
-            return True
         except db.CONNECTION_ERRORS as exc:
             self.store.close()
-            log.warning("worker %d: could not renew the lease of job %d: %s", self.index,
-                        claimed.id, db.one_line(exc, self.config.database_url))
-            return True
-
-    def _give_back(self, claimed: db.ClaimedJob, started: float, why: str) -> None:
-        self._release_own_claims()
-        self._log_outcome(claimed, started, "released", why)
-
-    def _release_own_claims(self) -> None:
-        try:
-            released = self.store.release_claims_of([self.claimant])
-        except db.CONNECTION_ERRORS as exc:
-            # The supervisor releases them when this process exits; the lease
-            # is the last resort.
-            log.warning("worker %d: could not release its claims: %s", self.index,
+            log.warning("worker %d: could not renew its lease: %s", self.index,
                         db.one_line(exc, self.config.database_url))
-            self.store.close()
+            return False
+        for run in held:
+            if run.claimed.id not in renewed:
+                if not run.stopping.is_set():
+                    log.warning("worker %d: lost the claim on job %d; asking its handler to"
+                                " stop", self.index, run.claimed.id)
+                run.stopping.set()
+            elif renewed[run.claimed.id] and not run.stopping.is_set():
+                log.info("worker %d: job %d was cancelled; asking its handler to stop",
+                         self.index, run.claimed.id)
+                run.stopping.set()
+        return True
+
+    def save_checkpoint(self, job_id: int, data: Any) -> bool:
+        try:
+            return self._checkpoint_store.save_checkpoint(job_id, self.claimant, data)
+        except db.CONNECTION_ERRORS:
+            self._checkpoint_store.close()
+            raise
+
+    def _release_unstarted(self, runs: list[Run], wait: bool = True) -> None:
+        if not runs:
             return
-        if released:
-            log.info("worker %d released jobs %s", self.index, released)
+        ids = [run.claimed.id for run in runs]
+        if self._write(lambda: self.store.release_claims_of([self.claimant], ids),
+                       wait) is None:
+            return  # still claimed: released by the supervisor when this worker exits
+        for run in runs:
+            run.written = True
+        log.info("worker %d released jobs %s before starting them", self.index, ids)
+        metrics.record_release("not_started", len(ids))
 
     # -- outcomes -------------------------------------------------------------
 
-    def _record_success(self, claimed: db.ClaimedJob, started: float) -> None:
-        ours = self._write_outcome(lambda: self.store.mark_succeeded(claimed.id, self.claimant))
-        self._log_outcome(claimed, started, "succeeded" if ours else "lost")
+    def _flush_outcomes(self, batch: Batch, wait: bool = True) -> None:
+        """Write every finished run's outcome not written yet, in one statement.
 
-    def _record_failure(self, claimed: db.ClaimedJob, error: str, started: float,
-                        permanent: bool) -> None:
-        delay = retry_delay(claimed.attempt, self.config.retry_base_seconds,
-                            self.config.retry_max_seconds)
-        state = self._write_outcome(lambda: self.store.mark_failed_attempt(
-            claimed.id, self.claimant, error, delay, permanent))
-        outcome = {"pending": "retried", None: "lost"}.get(state, state)
-        detail = f"{error.splitlines()[0]}" + (f"; retry in {delay:.1f}s" if state == "pending"
-                                               else "")
-        self._log_outcome(claimed, started, outcome, detail)
+        With ``wait`` false a failed write is left for later rather than
+        waited out: the caller is supervising a running handler.
+        """
+        finished = [run for run in batch.runs if run.ended and not run.written]
+        if not finished:
+            return
+        interrupted = [run for run in finished if isinstance(run.error, registry.Interrupted)
+                       and run.stopping.is_set()]
+        outcomes = [self._outcome_of(run) for run in finished if run not in interrupted]
+        states = self._write(lambda: self.store.record_outcomes(self.claimant, outcomes), wait)
+        if states is None:
+            return
+        if interrupted and self._write(lambda: self.store.release_claims_of(
+                [self.claimant], [run.claimed.id for run in interrupted]), wait) is None:
+            return
+        for run in finished:
+            run.written = True
+            if run in interrupted:
+                self._log_outcome(run, "released", "its handler stopped at a checkpoint")
+                continue
+            state = states.get(run.claimed.id)
+            outcome = {"pending": "retried", None: "lost"}.get(state, state)
+            self._log_outcome(run, outcome, _first_line(run.error))
 
-    def _write_outcome(self, write: Callable[[], Any]) -> Any:
-        """Write an outcome, waiting out a database outage for as long as it lasts.
+    def _outcome_of(self, run: Run) -> db.Outcome:
+        if run.error is None:
+            return db.Outcome(run.claimed.id)
+        error = run.error
+        if isinstance(error, registry.Interrupted):
+            error = RuntimeError("the handler raised Interrupted although the worker was not"
+                                 " stopping; counted as a failed attempt")
+        return db.Outcome(
+            run.claimed.id, describe_failure(error),
+            retry_delay(run.claimed.attempt, self.config.retry_base_seconds,
+                        self.config.retry_max_seconds),
+            isinstance(error, registry.PermanentFailure))
 
-        The write is fenced on our claim, so writing it late is safe: if the
+    def _write(self, write: Callable[[], T], wait: bool = True) -> T | None:
+        """Run a write, waiting out a database outage for as long as it lasts.
+
+        Every write is fenced on our claim, so writing it late is safe: if the
         lease expired meanwhile and someone else took the job, it changes
-        nothing. An abort signal ends the wait; the supervisor then releases
-        the claim.
+        nothing. An abort signal ends the wait: the process exits and its
+        supervisor releases what it held. With ``wait`` false one failure
+        returns None instead.
         """
         while True:
             try:
@@ -389,19 +565,37 @@ class Worker:
                     self._connect()
                 return write()
             except db.CONNECTION_ERRORS as exc:
+                if not wait:
+                    self.store.close()
+                    log.warning("worker %d: database unreachable (%s); will retry",
+                                self.index, db.one_line(exc, self.config.database_url))
+                    return None
                 self._absorb_signals()
                 if self.abort_requested:
-                    raise _Abandon from None
+                    raise ExitNow(EXIT_OK) from None
                 self._lost_connection(exc)
 
-    def _log_outcome(self, claimed: db.ClaimedJob, started: float, outcome: str,
-                     detail: str = "") -> None:
+    def _log_outcome(self, run: Run, outcome: str, detail: str = "") -> None:
         """One line per run: id, kind, attempt, duration, outcome."""
-        took = time.monotonic() - started
-        metrics.record_run(claimed.kind, outcome, took)
+        job = run.claimed
+        metrics.record_run(job.kind, outcome, run.duration)
         if outcome == "lost":
             detail = "the claim was no longer this worker's; outcome not recorded"
         level = logging.INFO if outcome == "succeeded" else logging.WARNING
-        log.log(level, "job %d %s attempt %d/%d %s in %.3fs%s", claimed.id, claimed.kind,
-                claimed.attempt, claimed.max_attempts, outcome, took,
-                f": {detail}" if detail else "")
+        log.log(level, "job %d %s attempt %d/%d %s in %.3fs%s", job.id, job.kind, job.attempt,
+                job.max_attempts, outcome, run.duration, f": {detail}" if detail else "")
+
+
+def _timeout_at(run: Run | None) -> float:
+    if run is None or run.started is None:
+        return float("inf")
+    registration = registry.registration_for(run.claimed.kind)
+    if registration is None or registration.timeout is None:
+        return float("inf")
+    return run.started + registration.timeout
+
+
+def _first_line(error: BaseException | None) -> str:
+    if error is None:
+        return ""
+    return f"{type(error).__name__}: {error}".splitlines()[0]

@@ -102,7 +102,8 @@ def test_the_fleet_exports_metrics_summed_over_its_workers(executions, start_sup
     assert metric(text, "motir_job_duration_seconds_count", kind="record") == 30
     assert metric(text, "motir_worker_restarts_total", reason="died") == 1
     assert metric(text, "motir_claims_released_total", reason="dead_worker") == 1
-    assert metric(text, "motir_jobs_claimed_total", queue="default") == 32
+    # A batch-mate of the crashing job may have been given back and claimed again.
+    assert metric(text, "motir_jobs_claimed_total", queue="default") >= 32
     supervisor.wait_for_workers(2)
 
 
@@ -139,7 +140,7 @@ def test_retry_cancel_and_prune_commands(database_url, sql):
 
 
 def test_cancelling_a_running_job_stops_it(executions, start_supervisor, database_url):
-    start_supervisor("--workers", "1", "--lease-seconds", "3")
+    start_supervisor("--workers", "1", "--lease-seconds", "6")
     job_id = executions.value("INSERT INTO job_queue (kind, payload) VALUES"
                               " ('steps', '{\"steps\": 300, \"step_seconds\": 0.1}') RETURNING id")
     wait_until(lambda: state_of(executions, job_id) == "running", 10)

@@ -106,7 +106,7 @@ def test_a_killed_worker_is_replaced_and_its_job_rerun_at_once(executions, start
 
 
 def test_a_lost_machine_s_jobs_come_back_when_the_lease_expires(executions, start_supervisor):
-    lost = start_supervisor("--workers", "1", "--lease-seconds", "3")
+    lost = start_supervisor("--workers", "1", "--lease-seconds", "6")
     [job_id] = enqueue(executions, "record", '{"sleep": 30}')
     wait_until(lambda: running_job(executions, job_id), 10)
     # Freeze the whole tree first so that nobody can react, as when a machine vanishes.
@@ -119,7 +119,7 @@ def test_a_lost_machine_s_jobs_come_back_when_the_lease_expires(executions, star
     lease_end = executions.value("SELECT lease_expires_at FROM job_queue WHERE id = %s",
                                  (job_id,))
     executions.rows("UPDATE job_queue SET payload = '{}' WHERE id = %s", (job_id,))
-    rescuer = start_supervisor("--workers", "1", "--lease-seconds", "3")
+    rescuer = start_supervisor("--workers", "1", "--lease-seconds", "6")
     wait_until(lambda: state_of(executions, job_id) == "succeeded", 20)
     second_start = executions.value("SELECT max(started_at) FROM test_executions"
                                     " WHERE job_id = %s", (job_id,))
@@ -314,3 +314,54 @@ def test_a_database_restart_loses_nothing(own_server, migrated_template):
     finally:
         supervisor.stop()
         sql.close()
+
+
+@pytest.mark.parametrize("code", [0, 4, 5])
+def test_a_handler_ending_its_process_spends_attempts_whatever_the_exit_code(
+        executions, start_supervisor, code):
+    supervisor = start_supervisor("--workers", "1")
+    [job_id] = enqueue(executions, "exit_with", f'{{"code": {code}}}', max_attempts=2)
+    wait_until(lambda: state_of(executions, job_id) == "failed", 20)
+    assert executions.value("SELECT count(*) FROM test_executions WHERE job_id = %s",
+                            (job_id,)) == 2
+    assert supervisor.process.poll() is None
+    [after] = enqueue(executions, "record")
+    wait_until(lambda: state_of(executions, after) == "succeeded", 10)
+
+
+def test_interrupted_without_a_stop_request_is_a_failed_attempt(executions, start_supervisor):
+    start_supervisor("--workers", "1", "--retry-base-seconds", "0.1")
+    [job_id] = enqueue(executions, "interrupt_anyway", max_attempts=2)
+    wait_until(lambda: state_of(executions, job_id) == "failed", 10)
+    assert executions.value("SELECT count(*) FROM test_executions WHERE job_id = %s",
+                            (job_id,)) == 2
+
+
+def test_a_worker_killed_by_a_nameless_signal_is_handled_like_any_death(executions,
+                                                                       start_supervisor):
+    supervisor = start_supervisor("--workers", "1", "--lease-seconds", "60")
+    [job_id] = enqueue(executions, "record", '{"sleep": 30}', max_attempts=1)
+    pid, _ = wait_until(lambda: running_job(executions, job_id), 10)
+    os.kill(pid, signal.SIGRTMIN + 6)
+    wait_until(lambda: state_of(executions, job_id) == "failed", 10)
+    assert "signal" in executions.value("SELECT last_error FROM job_queue WHERE id = %s",
+                                        (job_id,))
+    supervisor.wait_for_workers(1)
+    assert supervisor.process.poll() is None
+
+
+def test_jobs_batched_with_a_crashing_one_keep_their_attempts(executions, start_supervisor):
+    # Fast jobs first, so that the worker's batches have grown when the
+    # crashing job comes up among more fast ones.
+    first = enqueue(executions, "record", count=40)
+    [crasher] = enqueue(executions, "crash", max_attempts=1)
+    rest = enqueue(executions, "record", count=20)
+    supervisor = start_supervisor("--workers", "1", "--batch-size", "16")
+    wait_until(lambda: executions.value(
+        "SELECT count(*) FROM job_queue WHERE state IN ('succeeded', 'failed')") == 61, 30)
+    assert state_of(executions, crasher) == "failed"
+    assert executions.value("SELECT max(attempts) FROM job_queue WHERE id = ANY(%s)",
+                            (first + rest,)) == 1
+    # The batches did grow: the test exercised what it is about.
+    assert "released jobs" in supervisor.output() or executions.value(
+        "SELECT count(*) FROM test_executions") > 61

@@ -1,6 +1,8 @@
 """Unit tests: no database, no processes."""
 
 import random
+import re
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -10,11 +12,11 @@ from motir_supervisor.config import Config, ConfigError
 
 
 def test_every_query_the_code_names_exists():
-    names = {"claim_due_jobs", "seconds_until_next_due", "renew_leases", "mark_succeeded",
-             "mark_failed_attempt", "save_checkpoint", "release_claims_of",
-             "fail_claims_of_dead", "expire_stale_leases", "enqueue",
-             "enqueue_with_max_attempts", "status_counts", "schema_version"}
-    assert names <= set(db.QUERIES)
+    source = (Path(db.__file__)).read_text()
+    named = set(re.findall(r'(?:_run|_count)\("([a-z_]+)"', source))
+    named |= set(re.findall(r'QUERIES\["([a-z_]+)"\]', source))
+    assert len(named) > 15
+    assert named <= set(db.QUERIES)
     assert all(body.strip() for body in db.QUERIES.values())
 
 
@@ -46,7 +48,8 @@ def test_failure_text_names_the_exception_and_is_bounded():
 @pytest.mark.parametrize("kwargs, fragment", [
     ({"database_url": ""}, "no database"),
     ({"workers": 0}, "--workers"),
-    ({"lease_seconds": 1}, "--lease-seconds"),
+    ({"lease_seconds": 5}, "--lease-seconds"),
+    ({"batch_size": 0}, "--batch-size"),
     ({"poll_seconds": 0}, "--poll-seconds"),
     ({"drain_seconds": -1}, "--drain-seconds"),
 ])

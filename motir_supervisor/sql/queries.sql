@@ -46,37 +46,46 @@ WHERE id = ANY(%(ids)s::bigint[])
   AND state = 'running'
 RETURNING id, cancel_requested;
 
--- mark_succeeded --
-UPDATE job_queue
-SET state = 'succeeded',
-    finished_at = now(),
-    locked_by = NULL,
-    lease_expires_at = NULL,
-    last_error = NULL
-WHERE id = %(id)s
-  AND locked_by = %(claimant)s
-  AND state = 'running'
-RETURNING state;
-
--- mark_failed_attempt --
--- A failed run: back to pending after the backoff, or failed for good when
--- this was the last attempt or the handler asked for no retry; cancelled
--- when an operator asked for that while it ran.
-UPDATE job_queue
-SET state = CASE WHEN cancel_requested THEN 'cancelled'
-                 WHEN %(permanent)s OR attempts >= max_attempts THEN 'failed'
-                 ELSE 'pending' END,
-    run_at = CASE WHEN cancel_requested OR %(permanent)s OR attempts >= max_attempts
-                  THEN run_at ELSE now() + make_interval(secs => %(retry_in_seconds)s) END,
-    finished_at = CASE WHEN cancel_requested OR %(permanent)s OR attempts >= max_attempts
-                       THEN now() END,
-    last_error = %(error)s,
+-- record_outcomes --
+-- The outcomes of a batch of runs in one statement, each fenced on the claim:
+-- a row another process took over meanwhile is left alone, and its id is
+-- missing from the result. A NULL error is a success. A failure goes back to
+-- pending after its backoff, or ends failed on its last attempt or when the
+-- handler asked for no retry, or cancelled when an operator asked for that.
+WITH outcome AS (
+    SELECT *
+    FROM unnest(%(ids)s::bigint[], %(errors)s::text[], %(retry_in_seconds)s::float8[],
+                %(permanent)s::boolean[]) AS o(id, error, retry_in_seconds, permanent)
+), decided AS (
+    SELECT o.id, o.error, o.retry_in_seconds,
+           CASE WHEN o.error IS NULL THEN 'succeeded'
+                WHEN j.cancel_requested THEN 'cancelled'
+                WHEN o.permanent OR j.attempts >= j.max_attempts THEN 'failed'
+                ELSE 'pending' END AS state
+    FROM outcome AS o JOIN job_queue AS j ON j.id = o.id
+)
+UPDATE job_queue AS j
+SET state = d.state,
+    run_at = CASE WHEN d.state = 'pending'
+                  THEN now() + make_interval(secs => d.retry_in_seconds) ELSE j.run_at END,
+    finished_at = CASE WHEN d.state = 'pending' THEN NULL ELSE now() END,
+    last_error = d.error,
     locked_by = NULL,
     lease_expires_at = NULL
+FROM decided AS d
+WHERE j.id = d.id
+  AND j.locked_by = %(claimant)s
+  AND j.state = 'running'
+RETURNING j.id, j.state;
+
+-- note_error_of_running --
+-- Why a run is about to be abandoned (a timeout), written before its worker
+-- exits; the supervisor then releases the claim and keeps this text.
+UPDATE job_queue
+SET last_error = %(error)s
 WHERE id = %(id)s
   AND locked_by = %(claimant)s
-  AND state = 'running'
-RETURNING state;
+  AND state = 'running';
 
 -- save_checkpoint --
 UPDATE job_queue
@@ -97,21 +106,25 @@ SET state = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
     lease_expires_at = NULL
 WHERE locked_by = ANY(%(claimants)s::text[])
   AND state = 'running'
+  AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
 RETURNING id;
 
 -- fail_claims_of_dead --
--- The claimant died mid-run (killed, out of memory, crashed). The attempt
--- counts, so a job that kills its worker every time runs out of attempts
--- instead of crash-looping the fleet.
+-- The claimant died running these jobs (killed, out of memory, crashed,
+-- timed out).
+-- The attempt counts, so a job that kills its worker every time runs out of
+-- attempts instead of crash-looping the fleet. A NULL error keeps the one the
+-- worker noted before it went (note_error_of_running).
 UPDATE job_queue
 SET state = CASE WHEN cancel_requested THEN 'cancelled'
                  WHEN attempts >= max_attempts THEN 'failed' ELSE 'pending' END,
     finished_at = CASE WHEN cancel_requested OR attempts >= max_attempts THEN now() END,
-    last_error = %(error)s,
+    last_error = coalesce(%(error)s, last_error),
     locked_by = NULL,
     lease_expires_at = NULL
 WHERE locked_by = ANY(%(claimants)s::text[])
   AND state = 'running'
+  AND id = ANY(%(ids)s::bigint[])
 RETURNING id, state;
 
 -- expire_stale_leases --

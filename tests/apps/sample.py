@@ -82,3 +82,17 @@ def steps(j):
         time.sleep(j.payload["step_seconds"])
         done += 1
     _record_end(execution)
+
+
+@job("exit_with")
+def exit_with(j):
+    """Ends its whole process with the given code, as misbehaving C code might."""
+    _record_start(j)
+    os._exit(j.payload["code"])
+
+
+@job("interrupt_anyway")
+def interrupt_anyway(j):
+    """Raises Interrupted although nobody asked it to stop."""
+    _record_start(j)
+    raise Interrupted()
