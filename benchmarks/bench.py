@@ -28,6 +28,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -122,6 +123,8 @@ class Settings:
     # backend holds its statistics up to 10 s before publishing them, so the
     # setup's own queries would otherwise land inside the window.
     idle_settle_seconds: float = 15.0
+    #: Extra options given to every `motir-supervisor run`, to compare settings.
+    run_options: tuple[str, ...] = ()
 
 
 SMOKE = Settings(jobs=300, workers_list=(1, 2), latency_samples=30, bloat_rows=10_000,
@@ -325,7 +328,8 @@ class Bench:
         self.observer.close()
 
     def start_fleet(self, label: str, *options: str) -> Fleet:
-        return Fleet(self.url, self.logs / f"{label}.log", options)
+        return Fleet(self.url, self.logs / f"{label}.log",
+                     [*options, *self.settings.run_options])
 
     def describe_machine(self) -> Machine:
         cpuinfo = Path("/proc/cpuinfo").read_text()
@@ -609,7 +613,11 @@ def parse_arguments(argv: Sequence[str] | None) -> tuple[Settings, Path]:
     parser.add_argument("--idle-settle-seconds", type=float,
                         help=f"seconds the idle fleet settles first"
                              f" [{defaults.idle_settle_seconds:g}]")
+    parser.add_argument("--run-options", type=shlex.split,
+                        help="extra options of every supervisor, e.g. '--batch-size 64'")
     args = parser.parse_args(argv)
+    if args.run_options is not None:
+        args.run_options = tuple(args.run_options)
     chosen = {field.name: getattr(args, field.name) for field in dataclasses.fields(Settings)
               if getattr(args, field.name) is not None}
     settings = dataclasses.replace(SMOKE if args.smoke else defaults, **chosen)
