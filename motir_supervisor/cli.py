@@ -99,12 +99,12 @@ def main(log_level: str, log_format: str) -> None:
               show_default=True, help="How long a claim stays valid without renewal.")
 @click.option("--drain-seconds", envvar="MOTIR_DRAIN_SECONDS", type=float, default=25.0,
               show_default=True, help="On SIGTERM, how long in-flight jobs may finish.")
-@click.option("--poll-seconds", envvar="MOTIR_POLL_SECONDS", type=float, default=10.0,
+@click.option("--poll-seconds", envvar="MOTIR_POLL_SECONDS", type=float, default=15.0,
               show_default=True, help="Longest idle wait between polls (NOTIFY wakes sooner).")
 @click.option("--retry-base-seconds", envvar="MOTIR_RETRY_BASE_SECONDS", type=float,
               default=5.0, show_default=True,
               help="First retry delay after a failure; doubles per attempt, with jitter.")
-@click.option("--batch-size", envvar="MOTIR_BATCH_SIZE", type=int, default=16, show_default=True,
+@click.option("--batch-size", envvar="MOTIR_BATCH_SIZE", type=int, default=128, show_default=True,
               help="Most jobs one claim takes (a worker grows to it while jobs finish fast).")
 @click.option("--retention-hours", envvar="MOTIR_RETENTION_HOURS", type=float, default=168.0,
               show_default=True, help="Delete succeeded/cancelled jobs older than this; 0 keeps.")

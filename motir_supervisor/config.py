@@ -45,7 +45,7 @@ class Config:
     #: On SIGTERM, how long in-flight jobs may run before their claims are released.
     drain_seconds: float = 25.0
     #: Longest idle wait between polls; wake-ups normally come from NOTIFY.
-    poll_seconds: float = 10.0
+    poll_seconds: float = 15.0
     #: First retry delay after a failure; doubles each attempt (with jitter).
     retry_base_seconds: float = 5.0
     #: Cap of the retry delay.
@@ -53,7 +53,7 @@ class Config:
     #: Most jobs one claim takes. A worker starts at one and doubles while its
     #: jobs finish fast, so short jobs share round trips and long ones do not
     #: wait behind each other.
-    batch_size: int = 16
+    batch_size: int = 128
     #: Succeeded and cancelled rows older than this are deleted; 0 keeps them.
     retention_hours: float = 168.0
     #: Port of the fleet's Prometheus metrics; None serves none.

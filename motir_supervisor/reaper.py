@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 
 #: Rows one lease statement handles: small enough that no pass holds many locks.
 LEASE_BATCH = 500
+#: Retention is measured in hours; deleting every few minutes is plenty, and
+#: keeps an idle fleet's database traffic low.
+PRUNE_EVERY_SECONDS = 300.0
 #: Rows one retention statement deletes.
 PRUNE_BATCH = 1000
 #: A pass stops pruning after this long and goes on at the next pass, so
@@ -41,9 +44,11 @@ class Reaper:
         self.every_seconds = every_seconds
         self.retention_seconds = retention_hours * 3600
         self.next_pass = 0.0
+        self.next_prune = 0.0
 
-    def run_once(self) -> ReaperPass:
-        return ReaperPass(expired=self.expire_stale_leases(), pruned=self.prune_finished())
+    def run_once(self, prune: bool = True) -> ReaperPass:
+        return ReaperPass(expired=self.expire_stale_leases(),
+                          pruned=self.prune_finished() if prune else 0)
 
     def expire_stale_leases(self) -> int:
         total = 0
@@ -70,12 +75,17 @@ class Reaper:
         return total
 
     def run_when_due(self) -> None:
+        """A pass of the supervisor's timer: leases every time, retention
+        every PRUNE_EVERY_SECONDS."""
         now = time.monotonic()
         if now < self.next_pass:
             return
         self.next_pass = now + self.every_seconds
+        prune = now >= self.next_prune
+        if prune:
+            self.next_prune = now + PRUNE_EVERY_SECONDS
         try:
-            self.run_once()
+            self.run_once(prune)
         except psycopg2.Error as exc:
             # Any database error (unreachable, read-only after a failover, a
             # foreign key blocking retention) waits for the next pass; it
