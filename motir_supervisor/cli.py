@@ -7,10 +7,12 @@ supervisor; it runs no SQL itself.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import logging
 import sys
+from typing import Iterator
 
 import click
 import psycopg2
@@ -68,8 +70,16 @@ def require_database(url: str | None) -> str:
     return url
 
 
-def open_store(url: str | None, purpose: str) -> db.JobStore:
-    return db.JobStore(require_database(url), application_name=f"motir-supervisor {purpose}")
+@contextlib.contextmanager
+def database(url: str | None, purpose: str) -> Iterator[db.JobStore]:
+    """A store for one command; a database error becomes a one-line exit."""
+    store = db.JobStore(require_database(url), application_name=f"motir-supervisor {purpose}")
+    try:
+        yield store
+    except psycopg2.Error as exc:
+        raise database_error(exc, store.dsn) from None
+    finally:
+        store.close()
 
 
 def database_error(exc: psycopg2.Error, url: str) -> click.ClickException:
@@ -127,15 +137,11 @@ def run(database_url, workers, apps, queues, lease_seconds, drain_seconds, poll_
     for module in config.apps:
         if not _module_exists(module):
             raise click.ClickException(f"cannot import --app module {module!r}: no such module")
-    store = db.JobStore(config.database_url)
-    try:
-        if not store.schema_is_current():
-            raise click.ClickException(
-                "the job_queue schema is missing or out of date: run `motir-supervisor migrate`")
-    except psycopg2.Error as exc:
-        raise database_error(exc, config.database_url) from None
-    finally:
-        store.close()
+    with database(config.database_url, "run") as store:
+        current = store.schema_is_current()
+    if not current:
+        raise click.ClickException(
+            "the job_queue schema is missing or out of date: run `motir-supervisor migrate`")
     sys.exit(Supervisor(config).run())
 
 
@@ -150,13 +156,8 @@ def _module_exists(module: str) -> bool:
 @database_option
 def migrate(database_url) -> None:
     """Create or upgrade the schema; running it again changes nothing."""
-    store = open_store(database_url, "migrate")
-    try:
+    with database(database_url, "migrate") as store:
         applied = store.migrate()
-    except psycopg2.Error as exc:
-        raise database_error(exc, store.dsn) from None
-    finally:
-        store.close()
     if applied:
         for migration in applied:
             click.echo(f"applied {migration.version:04d}_{migration.name}")
@@ -179,14 +180,9 @@ def enqueue(database_url, kind, payload, delay, queue, max_attempts) -> None:
         decoded = json.loads(payload)
     except json.JSONDecodeError as exc:
         raise click.ClickException(f"--payload is not valid JSON: {exc}") from None
-    store = open_store(database_url, "enqueue")
-    try:
+    with database(database_url, "enqueue") as store:
         job_id = store.enqueue(kind, decoded, queue=queue, delay_seconds=delay,
                                max_attempts=max_attempts)
-    except psycopg2.Error as exc:
-        raise database_error(exc, store.dsn) from None
-    finally:
-        store.close()
     click.echo(job_id)
 
 
@@ -194,13 +190,8 @@ def enqueue(database_url, kind, payload, delay, queue, max_attempts) -> None:
 @database_option
 def status(database_url) -> None:
     """Queue depth, the oldest due job, running jobs and expired leases."""
-    store = open_store(database_url, "status")
-    try:
+    with database(database_url, "status") as store:
         report = store.queue_status()
-    except psycopg2.Error as exc:
-        raise database_error(exc, store.dsn) from None
-    finally:
-        store.close()
     click.echo("jobs by queue and state:")
     if not report["counts"]:
         click.echo("  (none)")
@@ -223,17 +214,12 @@ def retry(database_url, job_id, kind) -> None:
     """Put a failed or cancelled job (or all failed jobs of a kind) back to pending."""
     if (job_id is None) == (kind is None):
         raise click.UsageError("give either a JOB_ID or --kind KIND")
-    store = open_store(database_url, "retry")
-    try:
+    with database(database_url, "retry") as store:
         if kind is not None:
             ids = store.retry_failed_of_kind(kind)
             click.echo(f"{len(ids)} failed {kind} jobs are pending again")
             return
         result = store.retry_job(job_id)
-    except psycopg2.Error as exc:
-        raise database_error(exc, store.dsn) from None
-    finally:
-        store.close()
     if result is None:
         raise click.ClickException(f"no job {job_id}")
     state, changed = result
@@ -248,13 +234,8 @@ def retry(database_url, job_id, kind) -> None:
 @click.argument("job_id", type=int)
 def cancel(database_url, job_id) -> None:
     """Cancel a pending or failed job; ask a running one to stop."""
-    store = open_store(database_url, "cancel")
-    try:
+    with database(database_url, "cancel") as store:
         result = store.cancel_job(job_id)
-    except psycopg2.Error as exc:
-        raise database_error(exc, store.dsn) from None
-    finally:
-        store.close()
     if result is None:
         raise click.ClickException(f"no job {job_id}")
     state, changed = result
@@ -273,18 +254,10 @@ def cancel(database_url, job_id) -> None:
               help="Hours since a job finished.")
 def prune(database_url, older_than_hours) -> None:
     """Delete succeeded and cancelled jobs that finished long enough ago."""
-    store = open_store(database_url, "prune")
     total = 0
-    try:
-        while True:
-            deleted = store.prune_finished(older_than_hours * 3600)
+    with database(database_url, "prune") as store:
+        while deleted := store.prune_finished(older_than_hours * 3600):
             total += deleted
-            if not deleted:
-                break
-    except psycopg2.Error as exc:
-        raise database_error(exc, store.dsn) from None
-    finally:
-        store.close()
     click.echo(f"deleted {total} finished jobs")
 
 

@@ -193,3 +193,31 @@ def test_json_logs_are_one_object_per_line(database_url, sql, executions):
     entries = [json.loads(line) for line in stderr.splitlines()]
     assert any("record attempt 1/5 succeeded" in e["message"] for e in entries)
     assert {"time", "level", "pid", "logger", "message"} <= set(entries[0])
+
+
+def test_migrate_enqueue_and_status_commands(database_url, sql):
+    assert cli(database_url, "migrate").stdout.strip() == "schema is up to date"
+    result = cli(database_url, "enqueue", "send_email", "--payload", '{"to": "a@b.c"}',
+                 "--delay", "60", "--queue", "mail", "--max-attempts", "3")
+    job_id = int(result.stdout)
+    assert sql.rows("SELECT kind, payload, queue, max_attempts, run_at > now() + interval '50 s'"
+                    " FROM job_queue WHERE id = %s", (job_id,)) == [
+        ("send_email", {"to": "a@b.c"}, "mail", 3, True)]
+    default = int(cli(database_url, "enqueue", "x").stdout)
+    assert sql.value("SELECT max_attempts FROM job_queue WHERE id = %s", (default,)) == 5
+    sql.rows("INSERT INTO job_queue (kind, state, locked_by, lease_expires_at, started_at)"
+             " VALUES ('report', 'running', 'host:1:ab/w1:2', now() - interval '1 s', now())")
+    report = cli(database_url, "status").stdout
+    assert "mail                 pending             1" in report
+    assert "oldest due job: waiting" in report
+    assert "report (default) attempt 0 by host:1:ab/w1:2, lease expired" in report
+    assert "expired leases: 1" in report
+
+
+def test_commands_report_an_unreachable_database_in_one_line():
+    url = "postgresql://app:hunter2-secret@127.0.0.1:1/motir"
+    for args in (["migrate"], ["status"], ["enqueue", "x"], ["cancel", "1"]):
+        result = cli(url, *args)
+        assert result.returncode == 1
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert "hunter2" not in result.stderr and "app@127.0.0.1:1/motir" in result.stderr
