@@ -95,6 +95,8 @@ def describe_exit(status: int) -> tuple[int, str]:
     words = f"was killed by {name}"
     if -code == signal.SIGKILL:
         words += " (perhaps out of memory?)"
+    elif -code == signal.SIGALRM:
+        words += " (its lease was about to run out without a renewal)"
     return code, words
 
 

@@ -44,9 +44,6 @@ EXIT_OK = 0
 EXIT_BOOT_FAILURE = 4
 #: A handler ran past its timeout; the worker noted why and left it behind.
 EXIT_TIMEOUT = 5
-#: The lease ran out without a successful renewal (the database was out of
-#: reach): the job may be running elsewhere already, so this run must end.
-EXIT_LEASE_LOST = 6
 
 #: last_error keeps at most this many characters: enough for a message and
 #: the innermost frames, small enough to keep rows and status output lean.
@@ -58,6 +55,8 @@ FAST_BATCH_SECONDS = 0.1
 SLOW_BATCH_SECONDS = 0.5
 #: While a batch runs, finished outcomes are written at least this often.
 OUTCOME_FLUSH_SECONDS = 0.2
+#: The lease alarm goes off this long before the lease would expire.
+LEASE_ALARM_MARGIN_SECONDS = 0.5
 
 _PR_SET_PDEATHSIG = 1
 
@@ -274,6 +273,7 @@ class Worker:
         # as SIGTERM, so the worker itself must not count it a second time.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)  # the lease alarm ends the process
         for signum in (signal.SIGTTIN, signal.SIGTTOU, signal.SIGHUP):
             signal.signal(signum, signal.SIG_IGN)
 
@@ -395,9 +395,11 @@ class Worker:
             # Claimed while the stop signal landed: nothing starts after it.
             self._release_unstarted(batch.stop_starting())
             return
+        self._arm_lease_alarm(claim_sent)
         batch.thread.start()
         started = time.monotonic()
         self._supervise(batch, claim_sent)
+        self._disarm_lease_alarm()  # no handler runs any more
         self._flush_outcomes(batch)
         took = time.monotonic() - started
         if took < FAST_BATCH_SECONDS and len(jobs) == self.batch_size:
@@ -438,15 +440,33 @@ class Worker:
                 next_renewal = now + self.config.renew_every
                 if self._renew_leases(batch):
                     lease_confirmed = now
+                    self._arm_lease_alarm(now)
             if now - lease_confirmed > lease - self.config.renew_every:
                 # Renewals keep failing: the claim may soon be someone else's.
+                if not batch.runs[0].stopping.is_set():
+                    log.error("worker %d: its lease runs out in %.1fs without a renewal;"
+                              " asking its handler to stop", self.index,
+                              lease - (now - lease_confirmed))
                 for run in batch.runs:
                     run.stopping.set()
-            if now - lease_confirmed >= lease:
-                log.error("worker %d: lease of its jobs ran out without a renewal; stopping"
-                          " this run so that it cannot overlap a takeover", self.index)
-                raise ExitNow(EXIT_LEASE_LOST)
             self._flush_outcomes(batch, wait=False)
+
+    def _arm_lease_alarm(self, confirmed_at: float) -> None:
+        """Have the kernel end this process just before the lease expires.
+
+        Renewals may block on an unreachable database, and a blocked thread
+        cannot check the time; SIGALRM at its default action ends the process
+        whatever it is doing. Once its lease has expired, another supervisor
+        may run the job, and this run must be over by then. The supervisor
+        then releases what the worker held.
+        """
+        left = (self.config.lease_seconds - LEASE_ALARM_MARGIN_SECONDS
+                - (time.monotonic() - confirmed_at))
+        signal.setitimer(signal.ITIMER_REAL, max(left, 0.001))
+
+    @staticmethod
+    def _disarm_lease_alarm() -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
 
     def _abandon_timed_out(self, batch: Batch, run: Run) -> None:
         registration = registry.registration_for(run.claimed.kind)

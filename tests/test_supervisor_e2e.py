@@ -365,3 +365,39 @@ def test_jobs_batched_with_a_crashing_one_keep_their_attempts(executions, start_
     # The batches did grow: the test exercised what it is about.
     assert "released jobs" in supervisor.output() or executions.value(
         "SELECT count(*) FROM test_executions") > 61
+
+
+def test_a_worker_cut_off_from_the_database_stops_before_its_lease_runs_out(
+        executions, start_supervisor, database_url):
+    """A network partition: renewals fail, another supervisor may take the job
+    over once the lease has expired, so the cut-off run must be over by then."""
+    role = f"cut_off_{os.getpid()}"
+    executions.rows(f"CREATE ROLE {role} LOGIN SUPERUSER")
+    try:
+        cut_off_url = database_url.replace("postgres@", f"{role}@")
+        lonely = start_supervisor("--workers", "1", "--lease-seconds", "6",
+                                  env={"DATABASE_URL": cut_off_url})
+        [job_id] = enqueue(executions, "record", '{"sleep": 30}')
+        pid, _ = wait_until(lambda: running_job(executions, job_id), 10)
+        executions.rows(f"ALTER ROLE {role} NOLOGIN")
+        executions.rows("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                        " WHERE usename = %s", (role,))
+        lease_end = executions.value("SELECT lease_expires_at FROM job_queue WHERE id = %s",
+                                     (job_id,))
+        wait_until(lambda: not os.path.exists(f"/proc/{pid}") or "worker" not in title_of(pid),
+                   12, message="the cut-off worker to end its run")
+        gone_at = db_now(executions)
+        # The run ended before anyone could have taken the job over.
+        assert gone_at < lease_end
+        assert "without a renewal" in lonely.output()
+        executions.rows("UPDATE job_queue SET payload = '{}' WHERE id = %s", (job_id,))
+        start_supervisor("--workers", "1", "--lease-seconds", "6")
+        wait_until(lambda: state_of(executions, job_id) == "succeeded", 20)
+        rerun_start = executions.value("SELECT max(started_at) FROM test_executions"
+                                       " WHERE job_id = %s", (job_id,))
+        assert rerun_start >= gone_at
+    finally:
+        executions.rows("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                        " WHERE usename = %s", (role,))
+        executions.rows(f"DROP OWNED BY {role}")
+        executions.rows(f"DROP ROLE {role}")
