@@ -55,8 +55,32 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
-def configure_logging(level: str, log_format: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
+class BatchedStreamHandler(logging.StreamHandler):
+    """Writes records through a buffer that is flushed at warnings, when full,
+    and whenever a process says a batch of work is done (``handler.flush()``,
+    which the worker and the supervisor call at least every fraction of a
+    second). A busy worker logs a line per job; writing each one with a
+    system call of its own cost a fifth of the throughput."""
+
+    def __init__(self) -> None:
+        try:
+            stream = open(sys.stderr.fileno(), "w", buffering=1 << 16, encoding="utf-8",
+                          errors="backslashreplace", closefd=False)
+        except (AttributeError, OSError, ValueError):  # stderr is no file (a test runner's)
+            stream = sys.stderr
+        super().__init__(stream)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.stream.write(self.format(record) + self.terminator)
+            if record.levelno >= logging.WARNING:
+                self.flush()
+        except Exception:  # noqa: BLE001 - logging's own contract: report, never raise
+            self.handleError(record)
+
+
+def configure_logging(level: str, log_format: str, batched: bool) -> None:
+    handler = BatchedStreamHandler() if batched else logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(
         "%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"))
     root = logging.getLogger()
@@ -92,9 +116,11 @@ def database_error(exc: psycopg2.Error, url: str) -> click.ClickException:
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
 @click.option("--log-format", envvar="MOTIR_LOG_FORMAT", default="text", show_default=True,
               type=click.Choice(["text", "json"]))
-def main(log_level: str, log_format: str) -> None:
+@click.pass_context
+def main(ctx: click.Context, log_level: str, log_format: str) -> None:
     """Run Motir's background jobs from the PostgreSQL table job_queue."""
-    configure_logging(log_level, log_format)
+    # Only `run` flushes its logs at the end of each batch of work.
+    configure_logging(log_level, log_format, batched=ctx.invoked_subcommand == "run")
 
 
 @main.command()

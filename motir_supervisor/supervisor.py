@@ -28,7 +28,7 @@ from . import db, metrics
 from .reaper import Reaper
 from .config import Config
 from .worker import (EXIT_BOOT_FAILURE, EXIT_OK, EXIT_TIMEOUT, HANDLED_SIGNALS, RunningSlot,
-                     Worker, set_parent_death_signal)
+                     Worker, flush_logs, set_parent_death_signal)
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +154,7 @@ class Supervisor:
                 self.manage_metrics_server()
                 self.reaper.run_when_due()
             self._title()
+            flush_logs()
             self.sleep(self._next_wakeup())
         self.release_claims_of_exited(final=True)
         self.store.close()
@@ -340,6 +341,7 @@ class Supervisor:
         except BaseException:  # noqa: BLE001 - whatever it was, this process ends here
             log.exception("process %d crashed", os.getpid())
         finally:
+            flush_logs()
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)

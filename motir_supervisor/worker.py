@@ -85,6 +85,12 @@ def describe_failure(exc: BaseException) -> str:
     return f"{head}\nTraceback (innermost last):\n{frames}" if frames else head
 
 
+def flush_logs() -> None:
+    """Write out what the log handlers buffered (see cli.BatchedStreamHandler)."""
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+
+
 def set_parent_death_signal(signum: int) -> None:
     """Ask Linux to send ``signum`` when the parent dies (no-op elsewhere)."""
     try:
@@ -401,6 +407,7 @@ class Worker:
         self._supervise(batch, claim_sent)
         self._disarm_lease_alarm()  # no handler runs any more
         self._flush_outcomes(batch)
+        flush_logs()
         took = time.monotonic() - started
         if took < FAST_BATCH_SECONDS and len(jobs) == self.batch_size:
             self.batch_size = min(self.batch_size * 2, self.config.batch_size)
@@ -450,6 +457,7 @@ class Worker:
                 for run in batch.runs:
                     run.stopping.set()
             self._flush_outcomes(batch, wait=False)
+            flush_logs()
 
     def _arm_lease_alarm(self, confirmed_at: float) -> None:
         """Have the kernel end this process just before the lease expires.
