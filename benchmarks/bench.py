@@ -12,7 +12,10 @@ measures, in this order:
 - the same with a large history of finished rows in the table;
 - idle pick-up latency: jobs inserted one at a time at a steady rate into an
   idle fleet with ``--poll-seconds 30``, so only the wake-up can make it fast;
-- idle cost: CPU and database transactions of a fleet with nothing to do.
+- idle cost: CPU and database transactions of a fleet with nothing to do;
+- with ``--peers``, the peers of issue 5 on the same jobs with the same
+  parallelism, each in its own database of the same server (see
+  benchmarks/peers: they are installed apart from the project and only called).
 
 The supervisor is driven as an operator drives it, through its command; this
 tool runs its own SQL for setting up and observing, and the package never
@@ -36,6 +39,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from benchmarks.peers import PeerRun, Runtimes, configurations
+from benchmarks.peers import measure as measure_peer
 from tests.helpers import Sql, wait_until
 from tests.pgserver import ThrowawayPostgres, find_pg_ctl
 
@@ -125,6 +130,8 @@ class Settings:
     idle_settle_seconds: float = 15.0
     #: Extra options given to every `motir-supervisor run`, to compare settings.
     run_options: tuple[str, ...] = ()
+    #: Install and measure the peers too (off by default: it downloads them).
+    peers: bool = False
 
 
 SMOKE = Settings(jobs=300, workers_list=(1, 2), latency_samples=30, bloat_rows=10_000,
@@ -197,12 +204,13 @@ class BenchResults:
     bloated: ThroughputRun
     latency: PickupLatency
     idle: IdleCost
-    #: None until peers are measured (see Bench.measure_peers).
-    peers: None
+    #: None unless run with --peers; a failed peer has no figures and says why.
+    peers: tuple[PeerRun, ...] | None
 
     def as_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
-        for run in [*data["throughput"], data["bloated"]]:
+        measured = [run for run in data["peers"] or () if run["jobs_per_second"] is not None]
+        for run in [*data["throughput"], data["bloated"], *measured]:
             run["ratio_to_pgbench"] = round(
                 run["jobs_per_second"] / self.pgbench.transactions_per_second, 3)
         return data
@@ -502,16 +510,32 @@ class Bench:
             db_transactions_per_second=round(
                 (transactions_after - transactions_before) / elapsed, 2))
 
-    def measure_peers(self) -> None:
-        """The peers of issue 5 in the same run: not measured yet, so None.
+    def measure_peers(self) -> tuple[PeerRun, ...] | None:
+        """The peers of issue 5 on the throughput runs' jobs, with the fleet's parallelism.
 
-        The place for procrastinate and pgqueuer (an optional ``bench``
-        extra) and graphile-worker and pg-boss (from npm where node is
-        present), each installed and called, never copied, in its fastest
-        documented configuration on the same jobs and parallelism. Until
-        then the report says "not measured" and the JSON holds null.
+        Each configuration gets a database of its own on this server, so it
+        meets the same durability and the same machine; the driver installs
+        the peer's schema, enqueues the jobs with the peer's bulk API and
+        times its workers as a motir-supervisor fleet is timed. None unless
+        asked for with --peers.
         """
-        return None
+        if not self.settings.peers:
+            return None
+        runtimes, runs = Runtimes(), []
+        for number, config in enumerate(configurations(FLEET_WORKERS), start=1):
+            database = f"peer{number}_{config.peer.replace('-', '_')}"
+            progress(f"peer {config.peer}, {self.settings.jobs} jobs, {config.configuration}")
+            url = self.pg.create_database(database)
+            try:
+                run = measure_peer(config, runtimes, url, self.settings.jobs,
+                                   self.logs / f"{database}.log")
+            finally:
+                # Its rows would only take disk and checkpoint time from the next one.
+                self.pg.drop_database(database)
+            if run.failure:
+                progress(f"peer {config.peer} failed: {run.failure}")
+            runs.append(run)
+        return tuple(runs)
 
     def measure_everything(self) -> BenchResults:
         machine = self.describe_machine()
@@ -539,20 +563,27 @@ def format_report(results: BenchResults) -> str:
         "",
         f"throughput: {s.jobs:,} no-op jobs per run, from the supervisor's start"
         " to an empty queue",
-        f"  {'run':<48} {'seconds':>8} {'jobs/s':>9} {'× pgbench':>10}",
     ]
-
-    def row(name: str, seconds: float, rate: float) -> str:
-        return f"  {name:<48} {seconds:>8.2f} {rate:>9,.0f} {rate / base:>10.2f}"
-
-    lines.append(row(f"pgbench one-row loop ({results.pgbench.clients} clients)",
-                     results.pgbench.seconds, base))
+    # (name, seconds, jobs/s), or (name, None, failure) for a peer that failed.
+    runs: list[tuple[str, float | None, float | str]] = [
+        (f"pgbench one-row loop ({results.pgbench.clients} clients)",
+         results.pgbench.seconds, base)]
     for run in results.throughput:
-        lines.append(row(f"motir-supervisor --workers {run.workers}", run.seconds,
-                         run.jobs_per_second))
+        runs.append((f"motir-supervisor --workers {run.workers}", run.seconds,
+                     run.jobs_per_second))
     b = results.bloated
-    lines.append(row(f"--workers {b.workers}, {b.finished_rows:,} finished rows in table",
-                     b.seconds, b.jobs_per_second))
+    runs.append((f"--workers {b.workers}, {b.finished_rows:,} finished rows in table",
+                 b.seconds, b.jobs_per_second))
+    for peer in results.peers or ():
+        name = f"{peer.peer} {peer.version or ''}".strip() + f", {peer.configuration}"
+        runs.append((name, peer.seconds, peer.jobs_per_second or f"failed: {peer.failure}"))
+    width = max(48, *(len(name) for name, _, _ in runs))
+    lines.append(f"  {'run':<{width}} {'seconds':>8} {'jobs/s':>9} {'× pgbench':>10}")
+    for name, seconds, rate in runs:
+        if isinstance(rate, str):
+            lines.append(f"  {name:<{width}} {rate}")
+        else:
+            lines.append(f"  {name:<{width}} {seconds:>8.2f} {rate:>9,.0f} {rate / base:>10.2f}")
     lat, idle = results.latency, results.idle
     lines += [
         "",
@@ -565,10 +596,12 @@ def format_report(results: BenchResults) -> str:
         f"  CPU {idle.cpu_percent_of_core:.2f} % of one core"
         f" (resolution {idle.cpu_resolution_percent:g} %)"
         f"   database {idle.db_transactions_per_second:.2f} transactions/s",
-        "",
-        "peers: not measured (see measure_peers in benchmarks/bench.py)"
-        if results.peers is None else f"peers: {results.peers}",
     ]
+    if results.peers is None:
+        lines += ["", "peers: not measured (run with --peers)"]
+    else:
+        lines += ["", "peers: each in its own database of this server, timed like the"
+                      " supervisor; see benchmarks/peers/ for how each runs"]
     return "\n".join(lines)
 
 
@@ -615,6 +648,9 @@ def parse_arguments(argv: Sequence[str] | None) -> tuple[Settings, Path]:
                              f" [{defaults.idle_settle_seconds:g}]")
     parser.add_argument("--run-options", type=shlex.split,
                         help="extra options of every supervisor, e.g. '--batch-size 64'")
+    parser.add_argument("--peers", action="store_true", default=None,
+                        help="also install (into .bench/) and measure procrastinate and"
+                             " pgqueuer, and graphile-worker and pg-boss where node is on PATH")
     args = parser.parse_args(argv)
     if args.run_options is not None:
         args.run_options = tuple(args.run_options)

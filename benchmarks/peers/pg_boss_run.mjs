@@ -1,0 +1,131 @@
+// pg-boss on bin/bench's no-op jobs: run by node, never imported.
+//
+// pg_boss_run.mjs URL --jobs N --node-modules DIR [--processes P] [--workers W]
+//     [--batch-size B]
+//
+// Starts pg-boss once on the (empty) database at URL (which installs its
+// schema), creates the queue and inserts N no-op jobs with its bulk API
+// (PgBoss.insert), then starts P worker processes, each PgBoss.work() with
+// localConcurrency W, batchSize B and burstWhenBatchFull (fetch again at once
+// while batches come back full: the options its WorkOptions document for
+// throughput). pg-boss has no mode that exits on an empty queue, so the
+// workers are stopped gracefully once the queue is empty. It prints one JSON
+// line: the seconds from starting the workers to an empty queue, timed the
+// way bin/bench times motir-supervisor (worker start up included, the queue
+// checked every 50 ms), and how many jobs completed.
+//
+// The packages come from DIR (bin/bench's .bench/npm/node_modules), so
+// nothing of them lives in this repository. Only pg-boss's public API runs
+// the jobs; the SQL here only observes.
+
+import { spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { parseArgs } from "node:util";
+import { pathToFileURL } from "node:url";
+import path from "node:path";
+
+const EMPTY_QUEUE_CHECK_MS = 50;
+const INSERT_SLICE = 5000;
+const QUEUE = "noop";
+const QUEUE_HAS_WORK = "SELECT EXISTS (SELECT FROM pgboss.job"
+  + " WHERE name = $1 AND state IN ('created', 'retry', 'active'))";
+const COMPLETED = "SELECT count(*)::int AS n FROM pgboss.job"
+  + " WHERE name = $1 AND state = 'completed'";
+
+const { values: opts, positionals } = parseArgs({
+  allowPositionals: true,
+  options: {
+    jobs: { type: "string", default: "20000" },
+    "node-modules": { type: "string" },
+    processes: { type: "string", default: "1" },
+    workers: { type: "string", default: "4" },
+    "batch-size": { type: "string", default: "100" },
+    work: { type: "boolean", default: false },
+  },
+});
+const url = positionals[0];
+const nodeModules = path.resolve(opts["node-modules"]);
+const jobs = Number(opts.jobs);
+const processes = Number(opts.processes);
+const workers = Number(opts.workers);
+const batchSize = Number(opts["batch-size"]);
+
+async function load(name) {
+  const require = createRequire(path.join(nodeModules, "noop.js"));
+  return import(pathToFileURL(require.resolve(name)).href);
+}
+
+const { PgBoss } = await load("pg-boss");
+const pg = (await load("pg")).default;
+
+function makeBoss() {
+  const boss = new PgBoss({ connectionString: url });
+  boss.on("error", (error) => console.error(`[error] ${error}`));
+  return boss;
+}
+
+async function prepare() {
+  const boss = makeBoss();
+  await boss.start();
+  await boss.createQueue(QUEUE);
+  for (let start = 0; start < jobs; start += INSERT_SLICE) {
+    const size = Math.min(INSERT_SLICE, jobs - start);
+    await boss.insert(QUEUE, Array.from({ length: size }, () => ({ data: {} })));
+  }
+  await boss.stop({ graceful: true });
+  // As bin/bench prepares its own table: statistics current, a fresh checkpoint.
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  await client.query("VACUUM ANALYZE");
+  await client.query("CHECKPOINT");
+  await client.end();
+}
+
+async function work() {
+  const boss = makeBoss();
+  await boss.start();
+  await boss.work(QUEUE, { localConcurrency: workers, batchSize, burstWhenBatchFull: true },
+                  async () => {});
+  await new Promise((resolve) => process.once("SIGTERM", resolve));
+  await boss.stop({ graceful: true });
+}
+
+function exited(child) {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null) resolve(child.exitCode);
+    else child.on("exit", (code) => resolve(code ?? 1));
+  });
+}
+
+async function measure() {
+  await prepare();
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  const args = [process.argv[1], url, "--work", "--node-modules", nodeModules,
+                "--workers", String(workers), "--batch-size", String(batchSize)];
+  const started = performance.now();
+  const children = Array.from({ length: processes },
+                              () => spawn(process.execPath, args, { stdio: ["ignore", 2, 2] }));
+  const codes = children.map(exited);
+  let running = processes;
+  codes.forEach((code) => code.then(() => { running -= 1; }));
+  while ((await client.query(QUEUE_HAS_WORK, [QUEUE])).rows[0].exists && running > 0) {
+    await new Promise((resolve) => setTimeout(resolve, EMPTY_QUEUE_CHECK_MS));
+  }
+  const seconds = (performance.now() - started) / 1000;
+  children.forEach((child) => child.kill("SIGTERM"));
+  const exitCodes = await Promise.all(codes);
+  const completed = (await client.query(COMPLETED, [QUEUE])).rows[0].n;
+  await client.end();
+  const version = JSON.parse(
+    readFileSync(path.join(nodeModules, "pg-boss", "package.json"), "utf8")).version;
+  console.log(JSON.stringify({
+    peer: "pg-boss", version,
+    configuration: `${processes} process(es) x ${workers} workers, batch ${batchSize}`,
+    jobs, succeeded: completed, seconds, worker_exit_codes: exitCodes,
+  }));
+}
+
+if (opts.work) await work();
+else await measure();

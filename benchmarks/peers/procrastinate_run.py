@@ -1,0 +1,104 @@
+"""procrastinate on bin/bench's no-op jobs: run by the peers venv's python, never imported.
+
+``procrastinate_run.py URL --jobs N --processes P --concurrency C`` installs
+procrastinate's schema in the (empty) database at URL, defers N no-op jobs
+with its bulk API (``Task.batch_defer_async``), then starts P worker
+processes, each ``App.run_worker_async(concurrency=C, wait=False)`` (a worker
+that stops once it has caught up with the queue). It prints one JSON line:
+the seconds from starting the workers to the moment no job is waiting or
+running, timed the way bin/bench times motir-supervisor (worker start up
+included, the queue checked every 50 ms), and how many jobs succeeded.
+
+Only procrastinate's public API runs the jobs; the SQL here only observes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import time
+
+import procrastinate
+import psycopg
+
+#: The same check interval as bin/bench's for motir-supervisor.
+EMPTY_QUEUE_CHECK_SECONDS = 0.05
+#: A worker with wait=False exits by itself once the queue is empty.
+WORKER_EXIT_TIMEOUT_SECONDS = 60
+#: Deferred in slices, so no single statement carries every job.
+DEFER_SLICE = 5_000
+
+QUEUE_HAS_WORK = ("SELECT EXISTS (SELECT FROM procrastinate_jobs"
+                  " WHERE status IN ('todo', 'doing'))")
+
+
+def make_app(url: str, pool_size: int) -> procrastinate.App:
+    # The pool holds a connection per sub-worker, one for LISTEN and one spare.
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(
+        conninfo=url, min_size=1, max_size=pool_size))
+
+    @app.task(name="noop")
+    async def noop() -> None:
+        pass
+
+    return app
+
+
+async def prepare(url: str, jobs: int) -> None:
+    app = make_app(url, pool_size=2)
+    async with app.open_async():
+        await app.schema_manager.apply_schema_async()
+        noop = app.tasks["noop"]
+        for start in range(0, jobs, DEFER_SLICE):
+            await noop.batch_defer_async(*({} for _ in range(min(DEFER_SLICE, jobs - start))))
+    # As bin/bench prepares its own table: statistics current, a fresh checkpoint.
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+        conn.execute("CHECKPOINT")
+
+
+async def work(url: str, concurrency: int) -> None:
+    app = make_app(url, pool_size=concurrency + 2)
+    async with app.open_async():
+        await app.run_worker_async(concurrency=concurrency, wait=False)
+
+
+def measure(url: str, jobs: int, processes: int, concurrency: int) -> dict:
+    asyncio.run(prepare(url, jobs))
+    command = [sys.executable, __file__, url, "--work", "--concurrency", str(concurrency)]
+    with psycopg.connect(url, autocommit=True) as conn:
+        started = time.monotonic()
+        workers = [subprocess.Popen(command) for _ in range(processes)]
+        while conn.execute(QUEUE_HAS_WORK).fetchone()[0]:
+            if all(worker.poll() is not None for worker in workers):
+                break
+            time.sleep(EMPTY_QUEUE_CHECK_SECONDS)
+        seconds = time.monotonic() - started
+        codes = [worker.wait(WORKER_EXIT_TIMEOUT_SECONDS) for worker in workers]
+        succeeded = conn.execute("SELECT count(*) FROM procrastinate_jobs"
+                                 " WHERE status = 'succeeded'").fetchone()[0]
+    return {"peer": "procrastinate", "version": procrastinate.__version__,
+            "configuration": f"{processes} process(es) x concurrency {concurrency}",
+            "jobs": jobs, "succeeded": succeeded, "seconds": seconds, "worker_exit_codes": codes}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("url")
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--work", action="store_true", help="be one worker process")
+    args = parser.parse_args()
+    if args.work:
+        asyncio.run(work(args.url, args.concurrency))
+        return 0
+    print(json.dumps(measure(args.url, args.jobs, args.processes, args.concurrency)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
