@@ -244,9 +244,6 @@ class JobStore:
             "permanent": [o.permanent for o in outcomes]})
         return dict(rows)
 
-    def note_error_of_running(self, job_id: int, claimant: str, error: str) -> None:
-        self._run("note_error_of_running", {"id": job_id, "claimant": claimant, "error": error})
-
     def save_checkpoint(self, job_id: int, claimant: str, data: Any) -> bool:
         return bool(self._run("save_checkpoint", {
             "id": job_id, "claimant": claimant, "checkpoint": psycopg2.extras.Json(data)}))
@@ -259,7 +256,7 @@ class JobStore:
             "claimants": list(claimants), "ids": list(ids) if ids is not None else None})]
 
     def fail_claims_of_dead(self, claimants: Sequence[str], ids: Sequence[int],
-                            error: str | None) -> list[tuple[int, str]]:
+                            error: str) -> list[tuple[int, str]]:
         """Give back the jobs a dead claimant was running, spending the attempt."""
         return [tuple(r) for r in self._run("fail_claims_of_dead", {
             "claimants": list(claimants), "ids": list(ids), "error": error})]

@@ -41,11 +41,26 @@ class _Fleet:
                                 buckets=(0.1, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300))
 
 
+_process_name = "supervisor"
+
+
 def enable(directory: str) -> None:
     """Turn metrics on for this process and the workers it forks later."""
     global _fleet
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+    from prometheus_client import values
+
+    # Files are named after the worker's slot, not its pid: a replacement
+    # worker goes on counting in its predecessor's file, so however many
+    # workers die over a long life, the directory holds one file per slot.
+    values.ValueClass = values.MultiProcessValue(process_identifier=lambda: _process_name)
     _fleet = _Fleet()
+
+
+def name_this_process(name: str) -> None:
+    """Which slot's files this process writes (see enable); call it after the fork."""
+    global _process_name
+    _process_name = name
 
 
 def record_claim(queue: str) -> None:

@@ -66,16 +66,10 @@ class Child:
     retiring: bool = False
 
 
-#: A PendingRelease.death meaning: spend the attempt, keep the error the
-#: worker wrote itself.
-DEATH_NOTED = ""
-
-
 @dataclasses.dataclass(frozen=True)
 class PendingRelease:
     claimant: str
-    #: None: give the jobs back as a drain would; else the dead worker's error
-    #: (DEATH_NOTED: the one it wrote before going).
+    #: None: give the jobs back as a drain would; else the dead worker's error.
     death: str | None
     #: The job whose handler was running when the worker went, if any.
     running_job: int | None
@@ -383,11 +377,11 @@ class Supervisor:
             self.queue_release(child.claimant, None, running)
             return
         if code == EXIT_TIMEOUT:
-            # The worker noted the timeout in the job's row before exiting.
             log.warning("worker %d (pid %d) left a timed-out job behind; replacing it",
                         child.index, child.pid)
             metrics.record_restart("timeout")
-            self.queue_release(child.claimant, DEATH_NOTED, running)
+            self.queue_release(child.claimant, "TimeoutError: the job ran past the timeout of"
+                               f" its kind; worker {child.claimant} was replaced", running)
             return
         log.error("worker %d (pid %d) %s after %.1fs; releasing its claims", child.index,
                   child.pid, words, lived)
@@ -441,7 +435,7 @@ class Supervisor:
         back as it was."""
         if item.death is not None and item.running_job is not None:
             rows = self.store.fail_claims_of_dead([item.claimant], [item.running_job],
-                                                  item.death or None)
+                                                  item.death)
             for job_id, state in rows:
                 log.warning("job %d, running in exited worker %s, is now %s", job_id,
                             item.claimant, state)

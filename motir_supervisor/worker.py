@@ -28,6 +28,7 @@ import time
 import traceback
 from typing import Any, Callable, TypeVar
 
+import psycopg2
 import setproctitle
 
 from . import db, metrics, registry
@@ -55,6 +56,8 @@ FAST_BATCH_SECONDS = 0.1
 SLOW_BATCH_SECONDS = 0.5
 #: While a batch runs, finished outcomes are written at least this often.
 OUTCOME_FLUSH_SECONDS = 0.2
+#: After a failed write that must not block, the next such write waits this long.
+QUICK_WRITE_RETRY_SECONDS = 1.0
 #: The lease alarm goes off this long before the lease would expire.
 LEASE_ALARM_MARGIN_SECONDS = 0.5
 
@@ -71,18 +74,27 @@ def retry_delay(attempt: int, base: float, cap: float) -> float:
     Exponential, capped, with jitter over the upper half, so jobs that failed
     together (an outage) do not all come back in the same instant.
     """
-    delay = min(cap, base * 2 ** max(attempt - 1, 0))
+    delay = min(cap, base * 2 ** min(max(attempt - 1, 0), 32))
     return delay / 2 + random.uniform(0, delay / 2)
 
 
 def describe_failure(exc: BaseException) -> str:
-    """The exception's type and message first, then the innermost frames."""
-    head = f"{type(exc).__name__}: {exc}"[: MAX_ERROR_CHARS // 4]
-    frames = "".join(traceback.format_tb(exc.__traceback__))
+    """The exception's type and message first, then the innermost frames.
+
+    Made storable whatever the exception holds: PostgreSQL text takes no NUL
+    and no lone surrogate (a file name that was not UTF-8), and one bad
+    message must not keep a whole batch's outcomes out of the database.
+    """
+    head = _storable(f"{type(exc).__name__}: {exc}")[: MAX_ERROR_CHARS // 4]
+    frames = _storable("".join(traceback.format_tb(exc.__traceback__)))
     room = MAX_ERROR_CHARS - len(head) - len("\nTraceback (innermost last):\n")
     if len(frames) > room:
         frames = "..." + frames[-(room - 3):]
     return f"{head}\nTraceback (innermost last):\n{frames}" if frames else head
+
+
+def _storable(text: str) -> str:
+    return text.replace("\0", "\\0").encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def flush_logs() -> None:
@@ -133,13 +145,32 @@ class ExitNow(Exception):
         self.code = code
 
 
+class StopFlag:
+    """What ``j.stopping`` reads: a plain flag, cheaper than an Event per job
+    (nothing ever waits on it, and a bool is set atomically)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = False
+
+    def set(self) -> None:
+        self.value = True
+
+    def is_set(self) -> bool:
+        return self.value
+
+
 @dataclasses.dataclass
 class Run:
     """One claimed job inside a batch, as the two threads share it."""
 
     claimed: db.ClaimedJob
-    stopping: threading.Event
+    stopping: StopFlag = dataclasses.field(default_factory=StopFlag)
     started: float | None = None
+    #: Taken out of the batch before it started (a stop, a cancel, a slow
+    #: batch-mate); the handler thread skips it.
+    withdrawn: bool = False
     #: Set by the handler thread when the run ended; then ``error`` is final.
     ended: bool = False
     error: BaseException | None = None
@@ -153,7 +184,7 @@ class Batch:
 
     def __init__(self, worker: "Worker", jobs: list[db.ClaimedJob]):
         self.worker = worker
-        self.runs = [Run(job, threading.Event()) for job in jobs]
+        self.runs = [Run(job) for job in jobs]
         #: Guards the decision to start the next run against a stop request.
         self.lock = threading.Lock()
         self.stopped = False
@@ -166,6 +197,8 @@ class Batch:
                 with self.lock:
                     if self.stopped:
                         break
+                    if run.withdrawn:
+                        continue
                     run.started = time.monotonic()
                 self.worker.running_slot.set(run.claimed.id)
                 self._run_one(run)
@@ -196,10 +229,22 @@ class Batch:
             self.worker.wake()  # a slow run's outcome is worth writing now
 
     def stop_starting(self) -> list[Run]:
-        """No further run starts; returns the runs that never started."""
+        """No further run starts; returns the runs this withdrew."""
         with self.lock:
             self.stopped = True
-            return [run for run in self.runs if run.started is None]
+            return self._withdraw(lambda run: True)
+
+    def withdraw(self, wanted: Callable[[Run], bool]) -> list[Run]:
+        """Take the runs ``wanted`` selects out of the batch, if they have not started."""
+        with self.lock:
+            return self._withdraw(wanted)
+
+    def _withdraw(self, wanted: Callable[[Run], bool]) -> list[Run]:
+        taken = [run for run in self.runs
+                 if run.started is None and not run.withdrawn and wanted(run)]
+        for run in taken:
+            run.withdrawn = True
+        return taken
 
     @property
     def current(self) -> Run | None:
@@ -235,6 +280,10 @@ class Worker:
         self.batch_size = 1
         self._idle_backoff = 0.0
         self._reconnect_backoff = 0.0
+        self._ever_connected = False
+        #: Writes that must not block (while a handler runs) wait for this
+        #: after a failure, so that an outage is not retried five times a second.
+        self._next_quick_write = 0.0
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -254,6 +303,7 @@ class Worker:
             log.error("worker %d: %s", self.index, exc)
             return EXIT_BOOT_FAILURE
         self._report_ready()
+        metrics.name_this_process(f"worker-{self.index}")
         log.debug("worker %d (pid %d) up as %s", self.index, os.getpid(), self.claimant)
         try:
             self._work_until_stopped()
@@ -335,7 +385,7 @@ class Worker:
                 return
             try:
                 if not self.store.connected:
-                    self._connect()
+                    self._reconnect()
                 self.title("claiming")
                 claim_sent = time.monotonic()
                 jobs = self.store.claim_due_jobs(self.claimant, self.batch_size,
@@ -346,7 +396,9 @@ class Worker:
                     self._run_batch(jobs, claim_sent)
                 else:
                     self._wait_for_work()
-            except db.CONNECTION_ERRORS as exc:
+            except psycopg2.Error as exc:
+                # Unreachable, or refusing writes (a read-only node after a
+                # failover): either way it is the database's state, not ours.
                 self._lost_connection(exc)
 
     def _connect(self) -> None:
@@ -354,6 +406,19 @@ class Worker:
         log.debug("worker %d connected to %s, %s", self.index,
                   db.describe_dsn(self.config.database_url),
                   "listening" if self.config.listen else "polling only")
+
+    def _reconnect(self) -> None:
+        """Connect between batches. A claim whose reply was lost with the old
+        connection may have committed: whatever this worker still holds now
+        is such a claim, and goes back at once rather than at lease expiry."""
+        first = not self._ever_connected
+        self._connect()
+        self._ever_connected = True
+        if not first:
+            released = self.store.release_claims_of([self.claimant])
+            if released:
+                log.warning("worker %d: released jobs %s claimed just before the connection"
+                            " was lost", self.index, released)
 
     def _lost_connection(self, exc: BaseException) -> None:
         self.store.close()
@@ -365,7 +430,7 @@ class Worker:
         self._sleep(wait)
 
     def _wait_for_work(self) -> None:
-        """Idle until a notification, a signal, the next due job or the poll timer."""
+        """Idle until a wanted notification, a signal, the next due job or the poll timer."""
         self.title("idle")
         if self._wanted(self.store.take_notifications()):
             return
@@ -374,16 +439,21 @@ class Worker:
         until_due = self.store.seconds_until_next_due(self.queues)
         if until_due is not None and until_due > 0:
             timeout = min(timeout, until_due)
+        deadline = time.monotonic() + timeout
         # That query may have read a notification off the socket; select
         # would not see it again.
         if self._wanted(self.store.take_notifications()):
             return
-        ready = self.store.wait_readable([self._wake_r], timeout)
-        if self._wake_r in ready:
-            self._drain_wake_pipe()
-        if self.store.fileno() in ready and self._wanted(self.store.take_notifications()):
-            # A wake-up is news, not an empty poll: start backing off afresh.
-            self._idle_backoff = 0.0
+        while (left := deadline - time.monotonic()) > 0:
+            ready = self.store.wait_readable([self._wake_r], left)
+            if self._wake_r in ready:
+                self._drain_wake_pipe()
+                return  # a signal: let the loop look at it
+            if self.store.fileno() in ready and self._wanted(self.store.take_notifications()):
+                # A wake-up is news, not an empty poll: start backing off afresh.
+                self._idle_backoff = 0.0
+                return
+            # Only other queues' news: keep waiting out the same deadline.
 
     def _wanted(self, notified_queues: list[str]) -> bool:
         if not notified_queues:
@@ -401,12 +471,20 @@ class Worker:
             # Claimed while the stop signal landed: nothing starts after it.
             self._release_unstarted(batch.stop_starting())
             return
+        if time.monotonic() - claim_sent > self.config.renew_every:
+            # The claim waited (a lock on the table, a stall): its lease is
+            # partly spent before anything started. Give it back instead.
+            log.warning("worker %d: the claim took %.1fs; giving its jobs back", self.index,
+                        time.monotonic() - claim_sent)
+            self._release_unstarted(batch.stop_starting())
+            return
         self._arm_lease_alarm(claim_sent)
         batch.thread.start()
         started = time.monotonic()
         self._supervise(batch, claim_sent)
         self._disarm_lease_alarm()  # no handler runs any more
         self._flush_outcomes(batch)
+        self._release_unstarted([run for run in batch.runs if run.withdrawn and not run.written])
         flush_logs()
         took = time.monotonic() - started
         if took < FAST_BATCH_SECONDS and len(jobs) == self.batch_size:
@@ -443,17 +521,23 @@ class Worker:
             current = batch.current
             if current is not None and now >= _timeout_at(current):
                 self._abandon_timed_out(batch, current)
+            elif current is not None and now - current.started > SLOW_BATCH_SECONDS:
+                # The batch-mates would wait for this slow run: let other
+                # workers have them.
+                self._release_unstarted(batch.withdraw(lambda run: True), wait=False)
             if now >= next_renewal:
                 next_renewal = now + self.config.renew_every
                 if self._renew_leases(batch):
                     lease_confirmed = now
                     self._arm_lease_alarm(now)
             if now - lease_confirmed > lease - self.config.renew_every:
-                # Renewals keep failing: the claim may soon be someone else's.
+                # Renewals keep failing: the claim may soon be someone else's,
+                # so nothing more starts, and the running handler is asked to stop.
                 if not batch.runs[0].stopping.is_set():
                     log.error("worker %d: its lease runs out in %.1fs without a renewal;"
                               " asking its handler to stop", self.index,
                               lease - (now - lease_confirmed))
+                batch.withdraw(lambda run: True)
                 for run in batch.runs:
                     run.stopping.set()
             self._flush_outcomes(batch, wait=False)
@@ -477,14 +561,16 @@ class Worker:
         signal.setitimer(signal.ITIMER_REAL, 0)
 
     def _abandon_timed_out(self, batch: Batch, run: Run) -> None:
-        registration = registry.registration_for(run.claimed.kind)
-        error = f"TimeoutError: job ran past its timeout of {registration.timeout:g}s"
+        withdrawn = batch.stop_starting()
+        if run.ended:
+            # It finished in the meantime: nothing to abandon, and nothing
+            # else starts in this batch either way.
+            self._release_unstarted(withdrawn, wait=False)
+            return
         self._flush_outcomes(batch, wait=False)
-        self._release_unstarted(batch.stop_starting(), wait=False)
-        # If this write fails, the supervisor's release says the worker died.
-        self._write(lambda: self.store.note_error_of_running(run.claimed.id, self.claimant,
-                                                             error), wait=False)
-        self._log_outcome(run, "timed out", error)
+        self._release_unstarted(withdrawn, wait=False)
+        registration = registry.registration_for(run.claimed.kind)
+        self._log_outcome(run, "timed out", f"ran past its timeout of {registration.timeout:g}s")
         # The handler thread cannot be stopped from outside: this process
         # ends, the supervisor releases the claim (the attempt counts) and
         # starts a fresh worker.
@@ -500,7 +586,7 @@ class Worker:
                 self._connect()
             renewed = self.store.renew_leases(self.claimant, [r.claimed.id for r in held],
                                               self.config.lease_seconds)
-        except db.CONNECTION_ERRORS as exc:
+        except psycopg2.Error as exc:
             self.store.close()
             log.warning("worker %d: could not renew its lease: %s", self.index,
                         db.one_line(exc, self.config.database_url))
@@ -515,6 +601,10 @@ class Worker:
                 log.info("worker %d: job %d was cancelled; asking its handler to stop",
                          self.index, run.claimed.id)
                 run.stopping.set()
+        # Cancelled jobs that have not started never will: the release makes
+        # them cancelled.
+        self._release_unstarted(batch.withdraw(
+            lambda run: renewed.get(run.claimed.id, False)), wait=False)
         return True
 
     def save_checkpoint(self, job_id: int, data: Any) -> bool:
@@ -530,7 +620,7 @@ class Worker:
         ids = [run.claimed.id for run in runs]
         if self._write(lambda: self.store.release_claims_of([self.claimant], ids),
                        wait) is None:
-            return  # still claimed: released by the supervisor when this worker exits
+            return  # still claimed: retried after the batch, or released by the supervisor
         for run in runs:
             run.written = True
         log.info("worker %d released jobs %s before starting them", self.index, ids)
@@ -553,17 +643,17 @@ class Worker:
         states = self._write(lambda: self.store.record_outcomes(self.claimant, outcomes), wait)
         if states is None:
             return
-        if interrupted and self._write(lambda: self.store.release_claims_of(
-                [self.claimant], [run.claimed.id for run in interrupted]), wait) is None:
-            return
         for run in finished:
-            run.written = True
-            if run in interrupted:
+            if run not in interrupted:
+                run.written = True
+                state = states.get(run.claimed.id)
+                outcome = {"pending": "retried", None: "lost"}.get(state, state)
+                self._log_outcome(run, outcome, _first_line(run.error))
+        if interrupted and self._write(lambda: self.store.release_claims_of(
+                [self.claimant], [run.claimed.id for run in interrupted]), wait) is not None:
+            for run in interrupted:
+                run.written = True
                 self._log_outcome(run, "released", "its handler stopped at a checkpoint")
-                continue
-            state = states.get(run.claimed.id)
-            outcome = {"pending": "retried", None: "lost"}.get(state, state)
-            self._log_outcome(run, outcome, _first_line(run.error))
 
     def _outcome_of(self, run: Run) -> db.Outcome:
         if run.error is None:
@@ -587,14 +677,17 @@ class Worker:
         supervisor releases what it held. With ``wait`` false one failure
         returns None instead.
         """
+        if not wait and time.monotonic() < self._next_quick_write:
+            return None
         while True:
             try:
                 if not self.store.connected:
                     self._connect()
                 return write()
-            except db.CONNECTION_ERRORS as exc:
+            except psycopg2.Error as exc:
                 if not wait:
                     self.store.close()
+                    self._next_quick_write = time.monotonic() + QUICK_WRITE_RETRY_SECONDS
                     log.warning("worker %d: database unreachable (%s); will retry",
                                 self.index, db.one_line(exc, self.config.database_url))
                     return None

@@ -32,6 +32,7 @@ def test_retry_delay_grows_exponentially_with_jitter_and_a_cap():
         for _ in range(50):
             assert full / 2 <= worker.retry_delay(attempt, 5, 3600) <= full
     assert worker.retry_delay(40, 5, 3600) <= 3600
+    assert worker.retry_delay(5000, 5, 3600) <= 3600  # no overflow on huge attempt counts
     assert len({worker.retry_delay(3, 5, 3600) for _ in range(20)}) > 1
 
 

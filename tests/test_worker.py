@@ -89,3 +89,28 @@ def test_a_timeout_fails_the_attempt_and_the_worker_is_replaced(executions, star
     supervisor.wait_for_workers(1)
     follow_up = enqueue(executions, "record")
     wait_until(lambda: state_of(executions, follow_up) == "succeeded", 10)
+
+
+def test_an_unstorable_error_message_still_fails_the_job_properly(executions, start_supervisor):
+    bad = enqueue(executions, "fail_unstorably", max_attempts=2)
+    mates = [enqueue(executions, "record") for _ in range(5)]
+    start_supervisor("--workers", "1", "--retry-base-seconds", "0.1")
+    wait_until(lambda: state_of(executions, bad) == "failed", 15)
+    assert executions.value("SELECT attempts FROM job_queue WHERE id = %s", (bad,)) == 2
+    assert "lone surrogate" in executions.value("SELECT last_error FROM job_queue WHERE id = %s",
+                                                (bad,))
+    assert all(state_of(executions, j) == "succeeded" for j in mates)
+    assert executions.value("SELECT count(*) FROM test_executions WHERE job_id = ANY(%s)",
+                            (mates,)) == 5
+
+
+def test_a_slow_job_lets_go_of_its_batch_mates(executions, start_supervisor):
+    executions.rows("INSERT INTO job_queue (kind) SELECT 'record' FROM generate_series(1, 60)")
+    slow = enqueue(executions, "record", '{"sleep": 3}')
+    executions.rows("INSERT INTO job_queue (kind) SELECT 'record' FROM generate_series(1, 60)")
+    start_supervisor("--workers", "2")
+    wait_until(lambda: state_of(executions, slow) == "succeeded", 20)
+    slow_end = executions.value("SELECT finished_at FROM job_queue WHERE id = %s", (slow,))
+    # Every other job was done well before the slow one: none waited behind it.
+    assert executions.value("SELECT max(finished_at) FROM job_queue WHERE id <> %s",
+                            (slow,)) < slow_end

@@ -20,7 +20,9 @@ WITH due AS MATERIALIZED (
 UPDATE job_queue AS j
 SET state = 'running',
     locked_by = %(claimant)s,
-    lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+    -- clock_timestamp(), not now(): a claim that waited on a lock still gets
+    -- a whole lease from the moment it is written.
+    lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_seconds)s),
     attempts = j.attempts + 1,
     started_at = now()
 FROM due
@@ -40,7 +42,7 @@ WHERE state = 'pending'
 -- Fenced on the claimant: a lease another process took over is not renewed,
 -- and the ids missing from the result tell the worker it lost them.
 UPDATE job_queue
-SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s)
+SET lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_seconds)s)
 WHERE id = ANY(%(ids)s::bigint[])
   AND locked_by = %(claimant)s
   AND state = 'running'
@@ -78,15 +80,6 @@ WHERE j.id = d.id
   AND j.state = 'running'
 RETURNING j.id, j.state;
 
--- note_error_of_running --
--- Why a run is about to be abandoned (a timeout), written before its worker
--- exits; the supervisor then releases the claim and keeps this text.
-UPDATE job_queue
-SET last_error = %(error)s
-WHERE id = %(id)s
-  AND locked_by = %(claimant)s
-  AND state = 'running';
-
 -- save_checkpoint --
 UPDATE job_queue
 SET checkpoint = %(checkpoint)s
@@ -111,15 +104,13 @@ RETURNING id;
 
 -- fail_claims_of_dead --
 -- The claimant died running these jobs (killed, out of memory, crashed,
--- timed out).
--- The attempt counts, so a job that kills its worker every time runs out of
--- attempts instead of crash-looping the fleet. A NULL error keeps the one the
--- worker noted before it went (note_error_of_running).
+-- timed out). The attempt counts, so a job that kills its worker every time
+-- runs out of attempts instead of crash-looping the fleet.
 UPDATE job_queue
 SET state = CASE WHEN cancel_requested THEN 'cancelled'
                  WHEN attempts >= max_attempts THEN 'failed' ELSE 'pending' END,
     finished_at = CASE WHEN cancel_requested OR attempts >= max_attempts THEN now() END,
-    last_error = coalesce(%(error)s, last_error),
+    last_error = %(error)s,
     locked_by = NULL,
     lease_expires_at = NULL
 WHERE locked_by = ANY(%(claimants)s::text[])

@@ -96,3 +96,10 @@ def interrupt_anyway(j):
     """Raises Interrupted although nobody asked it to stop."""
     _record_start(j)
     raise Interrupted()
+
+
+@job("fail_unstorably")
+def fail_unstorably(j):
+    """Fails with a message PostgreSQL text cannot hold as it is."""
+    _record_start(j)
+    raise ValueError("bad byte \x00 and a lone surrogate \udcff in a file name")
