@@ -53,7 +53,7 @@ class Config:
     #: Most jobs one claim takes. A worker starts at one and doubles while its
     #: jobs finish fast, so short jobs share round trips and long ones do not
     #: wait behind each other.
-    batch_size: int = 128
+    batch_size: int = 512
     #: Succeeded and cancelled rows older than this are deleted; 0 keeps them.
     retention_hours: float = 168.0
     #: Port of the fleet's Prometheus metrics; None serves none.

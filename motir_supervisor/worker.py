@@ -20,6 +20,7 @@ import dataclasses
 import logging
 import mmap
 import os
+import queue
 import random
 import select
 import signal
@@ -189,9 +190,9 @@ class Batch:
         self.lock = threading.Lock()
         self.stopped = False
         self.done = False
-        self.thread = threading.Thread(target=self._run_all, name="handlers", daemon=True)
 
-    def _run_all(self) -> None:
+    def run_all(self) -> None:
+        """Run the batch's jobs in order (in the handler thread)."""
         try:
             for run in self.runs:
                 with self.lock:
@@ -281,6 +282,7 @@ class Worker:
         self._idle_backoff = 0.0
         self._reconnect_backoff = 0.0
         self._ever_connected = False
+        self._batches: queue.SimpleQueue | None = None
         #: Writes that must not block (while a handler runs) wait for this
         #: after a failure, so that an outage is not retried five times a second.
         self._next_quick_write = 0.0
@@ -479,7 +481,7 @@ class Worker:
             self._release_unstarted(batch.stop_starting())
             return
         self._arm_lease_alarm(claim_sent)
-        batch.thread.start()
+        self._handler_queue().put(batch)
         started = time.monotonic()
         self._supervise(batch, claim_sent)
         self._disarm_lease_alarm()  # no handler runs any more
@@ -542,6 +544,18 @@ class Worker:
                     run.stopping.set()
             self._flush_outcomes(batch, wait=False)
             flush_logs()
+
+    def _handler_queue(self) -> queue.SimpleQueue:
+        """The handler thread's inbox, started on first use: one thread for the
+        worker's life, so that a batch costs a hand-over, not a thread start."""
+        if self._batches is None:
+            self._batches = queue.SimpleQueue()
+            threading.Thread(target=self._run_batches, name="handlers", daemon=True).start()
+        return self._batches
+
+    def _run_batches(self) -> None:
+        while True:
+            self._batches.get().run_all()
 
     def _arm_lease_alarm(self, confirmed_at: float) -> None:
         """Have the kernel end this process just before the lease expires.
