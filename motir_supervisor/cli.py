@@ -86,6 +86,12 @@ def configure_logging(level: str, log_format: str, batched: bool) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(getattr(logging, level.upper()))
+    # The logging HOWTO's optimisations for what our lines never show: the
+    # caller's file and line, thread and multiprocessing names. A busy worker
+    # writes a line per job, so each record's cost counts.
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logMultiprocessing = False
 
 
 def require_database(url: str | None) -> str:

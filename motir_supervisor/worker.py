@@ -44,7 +44,7 @@ EXIT_OK = 0
 #: Configuration error (an --app module that does not import): do not restart.
 #: Trusted only from a worker that never reported itself booted.
 EXIT_BOOT_FAILURE = 4
-#: A handler ran past its timeout; the worker noted why and left it behind.
+#: A handler ran past its timeout; the worker left it behind and asks to be replaced.
 EXIT_TIMEOUT = 5
 
 #: last_error keeps at most this many characters: enough for a message and
