@@ -282,27 +282,27 @@ class Fleet:
                 ticks[pid] = used
         return ticks
 
+    def _terminate(self) -> bool:
+        """SIGTERM, as a deploy stops it, then wait; False if it had to be killed."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(STOP_TIMEOUT_SECONDS)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+                return False
+        return True
+
     def abandon(self) -> None:
         """Stop it without judging how: a measurement already failed."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(STOP_TIMEOUT_SECONDS)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        self._terminate()
 
     def stop(self) -> None:
-        """SIGTERM, as a deploy stops it; a supervisor that does not exit 0 is an error."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(STOP_TIMEOUT_SECONDS)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-                raise BenchError(f"the supervisor did not stop within {STOP_TIMEOUT_SECONDS}s"
-                                 f" of SIGTERM:\n{self.log_tail()}") from None
+        """Stop it; a supervisor that does not exit 0 within the timeout is an error."""
+        if not self._terminate():
+            raise BenchError(f"the supervisor did not stop within {STOP_TIMEOUT_SECONDS}s"
+                             f" of SIGTERM:\n{self.log_tail()}")
         if self.process.returncode != 0:
             raise BenchError(f"the supervisor exited with code {self.process.returncode}:\n"
                              f"{self.log_tail()}")
