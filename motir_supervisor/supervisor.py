@@ -316,6 +316,7 @@ class Supervisor:
         instead of running the parent's handler in the child.
         """
         self.store.close()  # no database connection crosses a fork
+        flush_logs()  # nor buffered log lines, which the child would write again
         signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
         try:
             pid = os.fork()

@@ -514,6 +514,7 @@ class Worker:
                     run.stopping.set()
                 self._release_unstarted(batch.stop_starting(), wait=False)
             if self.stop_requested and now >= self.drain_deadline:
+                self._next_quick_write = 0.0  # one last try, whatever failed before
                 self._flush_outcomes(batch, wait=False)
                 if batch.current is not None:
                     log.warning("worker %d: drain deadline passed with job %d still running;"
@@ -554,8 +555,15 @@ class Worker:
         return self._batches
 
     def _run_batches(self) -> None:
-        while True:
-            self._batches.get().run_all()
+        try:
+            while True:
+                self._batches.get().run_all()
+        except BaseException:  # noqa: BLE001 - a bug of ours, not a handler's failure
+            # Without this thread no batch would ever finish: end the process,
+            # and the supervisor releases what it held and starts a new one.
+            log.exception("worker %d: its handler thread broke", self.index)
+            flush_logs()
+            os._exit(70)
 
     def _arm_lease_alarm(self, confirmed_at: float) -> None:
         """Have the kernel end this process just before the lease expires.
@@ -581,6 +589,7 @@ class Worker:
             # else starts in this batch either way.
             self._release_unstarted(withdrawn, wait=False)
             return
+        self._next_quick_write = 0.0  # one last try, whatever failed before
         self._flush_outcomes(batch, wait=False)
         self._release_unstarted(withdrawn, wait=False)
         registration = registry.registration_for(run.claimed.kind)
@@ -615,10 +624,11 @@ class Worker:
                 log.info("worker %d: job %d was cancelled; asking its handler to stop",
                          self.index, run.claimed.id)
                 run.stopping.set()
-        # Cancelled jobs that have not started never will: the release makes
-        # them cancelled.
+        # Jobs that have not started and were cancelled, or are no longer
+        # ours, never will here: the release makes the cancelled ones
+        # cancelled and, fenced, leaves the lost ones to their new owner.
         self._release_unstarted(batch.withdraw(
-            lambda run: renewed.get(run.claimed.id, False)), wait=False)
+            lambda run: renewed.get(run.claimed.id, True)), wait=False)
         return True
 
     def save_checkpoint(self, job_id: int, data: Any) -> bool:

@@ -401,3 +401,15 @@ def test_a_worker_cut_off_from_the_database_stops_before_its_lease_runs_out(
                         " WHERE usename = %s", (role,))
         executions.rows(f"DROP OWNED BY {role}")
         executions.rows(f"DROP ROLE {role}")
+
+
+def test_each_lifecycle_line_is_logged_once(start_supervisor):
+    # Buffered log lines must not cross a fork and be written again by a child.
+    supervisor = start_supervisor("--workers", "3")
+    supervisor.wait_for_workers(3)
+    supervisor.signal(signal.SIGTERM)
+    assert supervisor.wait(15) == 0
+    output = supervisor.output()
+    assert output.count("starting 3 workers") == 1
+    for index in (1, 2, 3):
+        assert output.count(f"worker {index} started") == 1
