@@ -165,10 +165,9 @@ class JobStore:
         """Connect now (reconnecting if need be), so that an outage shows here."""
         self.close()
         conn = connect(self.dsn, self.application_name, self.timeout_seconds)
-        if self.listen:
-            with conn.cursor() as cur:
-                cur.execute(f"LISTEN {WAKEUP_CHANNEL}")
         self._conn = conn
+        if self.listen:
+            self._run("listen")
 
     @property
     def connected(self) -> bool:
@@ -310,16 +309,15 @@ class JobStore:
             for migration in load_migrations():
                 if migration.version in done:
                     continue
-                with self.conn.cursor() as cur:
-                    cur.execute("BEGIN")
-                    try:
+                self.conn.autocommit = False
+                try:
+                    # One transaction: committed whole, or rolled back whole.
+                    with self.conn, self.conn.cursor() as cur:
                         cur.execute(migration.sql)
                         cur.execute(QUERIES["record_migration"],
                                     {"version": migration.version, "name": migration.name})
-                        cur.execute("COMMIT")
-                    except BaseException:
-                        cur.execute("ROLLBACK")
-                        raise
+                finally:
+                    self.conn.autocommit = True
                 applied_now.append(migration)
         finally:
             if self.connected:

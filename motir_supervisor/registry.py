@@ -52,7 +52,8 @@ def job(kind: str, *, timeout: float | None = None) -> Callable[[Handler], Handl
     def register(handler: Handler) -> Handler:
         existing = _registry.get(kind)
         if existing is not None and _qualname(existing.handler) != _qualname(handler):
-            raise ValueError(f"job kind {kind!r} is already handled by {_qualname(existing.handler)}")
+            raise ValueError(
+                f"job kind {kind!r} is already handled by {_qualname(existing.handler)}")
         _registry[kind] = Registration(kind, handler, timeout)
         return handler
 

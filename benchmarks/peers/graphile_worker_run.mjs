@@ -17,14 +17,14 @@
 // nothing of them lives in this repository. Only graphile-worker's public
 // API runs the jobs; the SQL here only observes.
 
-import { spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { parseArgs } from "node:util";
 import { pathToFileURL } from "node:url";
 import path from "node:path";
 
-const EMPTY_QUEUE_CHECK_MS = 50;
+import { timeWorkers } from "./timing.mjs";
+
 const ADD_SLICE = 5000;
 // A completed job is deleted; one that failed for good stays with its attempts spent.
 const QUEUE_HAS_WORK = "SELECT EXISTS (SELECT FROM graphile_worker._private_jobs)";
@@ -96,13 +96,6 @@ async function work() {
                          taskList: { noop: async () => {} } });
 }
 
-function exited(child) {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null) resolve(child.exitCode);
-    else child.on("exit", (code) => resolve(code ?? 1));
-  });
-}
-
 async function measure() {
   await prepare();
   const client = new pg.Client({ connectionString: url });
@@ -110,17 +103,9 @@ async function measure() {
   const args = [process.argv[1], url, "--work", "--node-modules", nodeModules,
                 "--concurrency", String(concurrency)];
   if (opts["local-queue"]) args.push("--local-queue");
-  const started = performance.now();
-  const children = Array.from({ length: processes },
-                              () => spawn(process.execPath, args, { stdio: ["ignore", 2, 2] }));
-  const codes = children.map(exited);
-  let running = processes;
-  codes.forEach((code) => code.then(() => { running -= 1; }));
-  while ((await client.query(QUEUE_HAS_WORK)).rows[0].exists && running > 0) {
-    await new Promise((resolve) => setTimeout(resolve, EMPTY_QUEUE_CHECK_MS));
-  }
-  const seconds = (performance.now() - started) / 1000;
-  const exitCodes = await Promise.all(codes);
+  const { seconds, exitCodes } = await timeWorkers({
+    args, processes, queueHasWork: async () => (await client.query(QUEUE_HAS_WORK)).rows[0].exists,
+  });
   const leftOver = (await client.query(LEFT_OVER)).rows[0].n;
   await client.end();
   const version = JSON.parse(

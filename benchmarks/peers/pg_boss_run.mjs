@@ -18,14 +18,14 @@
 // nothing of them lives in this repository. Only pg-boss's public API runs
 // the jobs; the SQL here only observes.
 
-import { spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { parseArgs } from "node:util";
 import { pathToFileURL } from "node:url";
 import path from "node:path";
 
-const EMPTY_QUEUE_CHECK_MS = 50;
+import { timeWorkers } from "./timing.mjs";
+
 const INSERT_SLICE = 5000;
 const QUEUE = "noop";
 const QUEUE_HAS_WORK = "SELECT EXISTS (SELECT FROM pgboss.job"
@@ -91,31 +91,16 @@ async function work() {
   await boss.stop({ graceful: true });
 }
 
-function exited(child) {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null) resolve(child.exitCode);
-    else child.on("exit", (code) => resolve(code ?? 1));
-  });
-}
-
 async function measure() {
   await prepare();
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   const args = [process.argv[1], url, "--work", "--node-modules", nodeModules,
                 "--workers", String(workers), "--batch-size", String(batchSize)];
-  const started = performance.now();
-  const children = Array.from({ length: processes },
-                              () => spawn(process.execPath, args, { stdio: ["ignore", 2, 2] }));
-  const codes = children.map(exited);
-  let running = processes;
-  codes.forEach((code) => code.then(() => { running -= 1; }));
-  while ((await client.query(QUEUE_HAS_WORK, [QUEUE])).rows[0].exists && running > 0) {
-    await new Promise((resolve) => setTimeout(resolve, EMPTY_QUEUE_CHECK_MS));
-  }
-  const seconds = (performance.now() - started) / 1000;
-  children.forEach((child) => child.kill("SIGTERM"));
-  const exitCodes = await Promise.all(codes);
+  const { seconds, exitCodes } = await timeWorkers({
+    args, processes, stopWhenEmpty: true,
+    queueHasWork: async () => (await client.query(QUEUE_HAS_WORK, [QUEUE])).rows[0].exists,
+  });
   const completed = (await client.query(COMPLETED, [QUEUE])).rows[0].n;
   await client.end();
   const version = JSON.parse(

@@ -20,20 +20,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
 import sys
-import time
 
 import asyncpg
 import pgqueuer
 from pgqueuer import PgQueuer, Queries
 from pgqueuer.db import AsyncpgDriver
 from pgqueuer.types import QueueExecutionMode
+from timing import time_workers
 
-#: The same check interval as bin/bench's for motir-supervisor.
-EMPTY_QUEUE_CHECK_SECONDS = 0.05
-#: A worker in drain mode exits by itself once the queue is empty.
-WORKER_EXIT_TIMEOUT_SECONDS = 60
 #: Enqueued in slices, so no single statement carries every job.
 ENQUEUE_SLICE = 5_000
 
@@ -100,14 +95,7 @@ def measure(url: str, jobs: int, processes: int, batch_size: int,
         command += ["--max-concurrent-tasks", str(max_concurrent_tasks)]
     watcher = QueueWatcher(url)
     try:
-        started = time.monotonic()
-        workers = [subprocess.Popen(command) for _ in range(processes)]
-        while watcher.has_work():
-            if all(worker.poll() is not None for worker in workers):
-                break
-            time.sleep(EMPTY_QUEUE_CHECK_SECONDS)
-        seconds = time.monotonic() - started
-        codes = [worker.wait(WORKER_EXIT_TIMEOUT_SECONDS) for worker in workers]
+        seconds, codes = time_workers(command, processes, watcher.has_work)
         succeeded = watcher.successful()
     finally:
         watcher.close()

@@ -17,17 +17,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
 import sys
-import time
 
 import procrastinate
 import psycopg
 
-#: The same check interval as bin/bench's for motir-supervisor.
-EMPTY_QUEUE_CHECK_SECONDS = 0.05
-#: A worker with wait=False exits by itself once the queue is empty.
-WORKER_EXIT_TIMEOUT_SECONDS = 60
+from timing import time_workers
+
 #: Deferred in slices, so no single statement carries every job.
 DEFER_SLICE = 5_000
 
@@ -70,14 +66,8 @@ def measure(url: str, jobs: int, processes: int, concurrency: int) -> dict:
     asyncio.run(prepare(url, jobs))
     command = [sys.executable, __file__, url, "--work", "--concurrency", str(concurrency)]
     with psycopg.connect(url, autocommit=True) as conn:
-        started = time.monotonic()
-        workers = [subprocess.Popen(command) for _ in range(processes)]
-        while conn.execute(QUEUE_HAS_WORK).fetchone()[0]:
-            if all(worker.poll() is not None for worker in workers):
-                break
-            time.sleep(EMPTY_QUEUE_CHECK_SECONDS)
-        seconds = time.monotonic() - started
-        codes = [worker.wait(WORKER_EXIT_TIMEOUT_SECONDS) for worker in workers]
+        seconds, codes = time_workers(
+            command, processes, lambda: conn.execute(QUEUE_HAS_WORK).fetchone()[0])
         succeeded = conn.execute("SELECT count(*) FROM procrastinate_jobs"
                                  " WHERE status = 'succeeded'").fetchone()[0]
     return {"peer": "procrastinate", "version": procrastinate.__version__,

@@ -2,6 +2,11 @@
 -- starts a block. Python code looks them up by name (see db.py) and never
 -- builds SQL text. Parameters are psycopg2 %(name)s placeholders.
 
+-- listen --
+-- Workers hear the job_queue triggers' wake-ups on this channel (see
+-- migrations/0001; db.WAKEUP_CHANNEL names it for tests and tools).
+LISTEN motir_job_queue;
+
 -- claim_due_jobs --
 -- One statement, hence one transaction: it locks due rows, skipping rows
 -- another worker holds, and writes the claim before anything else can see

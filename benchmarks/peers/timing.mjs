@@ -1,0 +1,32 @@
+// The timing both Node.js peer drivers share, so the two are timed alike,
+// and as bin/bench times motir-supervisor: from starting the worker processes
+// to the first check that finds the queue empty, checked every 50 ms.
+
+import { spawn } from "node:child_process";
+
+const EMPTY_QUEUE_CHECK_MS = 50;
+
+function exited(child) {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null) resolve(child.exitCode);
+    else child.on("exit", (code) => resolve(code ?? 1));
+  });
+}
+
+// Starts `processes` copies of `node args...`; `queueHasWork` is an async
+// check. With `stopWhenEmpty`, the workers (which would wait for more work)
+// get SIGTERM once the queue is empty, after the clock has stopped.
+export async function timeWorkers({ args, processes, queueHasWork, stopWhenEmpty = false }) {
+  const started = performance.now();
+  const children = Array.from({ length: processes },
+                              () => spawn(process.execPath, args, { stdio: ["ignore", 2, 2] }));
+  const codes = children.map(exited);
+  let running = processes;
+  codes.forEach((code) => code.then(() => { running -= 1; }));
+  while (await queueHasWork() && running > 0) {
+    await new Promise((resolve) => setTimeout(resolve, EMPTY_QUEUE_CHECK_MS));
+  }
+  const seconds = (performance.now() - started) / 1000;
+  if (stopWhenEmpty) children.forEach((child) => child.kill("SIGTERM"));
+  return { seconds, exitCodes: await Promise.all(codes) };
+}
