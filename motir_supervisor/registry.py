@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import threading
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 Handler = Callable[["Job"], Any]
 
@@ -89,6 +88,12 @@ def import_apps(modules: tuple[str, ...] | list[str]) -> None:
             ) from None
 
 
+class StopRequest(Protocol):
+    """What ``j.stopping`` reads: the worker sets it, the handler only asks."""
+
+    def is_set(self) -> bool: ...
+
+
 class Job:
     """What a handler receives: the job's values and its drain cooperation.
 
@@ -102,7 +107,7 @@ class Job:
                  "checkpoint_data", "_stopping", "_save_checkpoint")
 
     def __init__(self, *, id: int, kind: str, queue: str, payload: Any, attempt: int,
-                 max_attempts: int, checkpoint_data: Any, stopping: threading.Event,
+                 max_attempts: int, checkpoint_data: Any, stopping: StopRequest,
                  save_checkpoint: Callable[[Any], bool]):
         self.id = id
         self.kind = kind
