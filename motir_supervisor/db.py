@@ -235,12 +235,16 @@ class JobStore:
         """{job id: new state} for the rows still ours; the others are left alone."""
         if not outcomes:
             return {}
-        rows = self._run("record_outcomes", {
-            "claimant": claimant,
-            "ids": [o.job_id for o in outcomes],
-            "errors": [o.error for o in outcomes],
-            "retry_in_seconds": [o.retry_in_seconds for o in outcomes],
-            "permanent": [o.permanent for o in outcomes]})
+        if all(o.error is None for o in outcomes):
+            rows = self._run("record_successes", {
+                "claimant": claimant, "ids": [o.job_id for o in outcomes]})
+        else:
+            rows = self._run("record_outcomes", {
+                "claimant": claimant,
+                "ids": [o.job_id for o in outcomes],
+                "errors": [o.error for o in outcomes],
+                "retry_in_seconds": [o.retry_in_seconds for o in outcomes],
+                "permanent": [o.permanent for o in outcomes]})
         return dict(rows)
 
     def save_checkpoint(self, job_id: int, claimant: str, data: Any) -> bool:
