@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
-import logging
 import sys
 from typing import Iterator
 
@@ -18,6 +17,7 @@ import click
 import psycopg2
 
 from . import db
+from .logs import configure_logging
 from .config import Config, ConfigError
 from .supervisor import Supervisor
 
@@ -42,56 +42,6 @@ def database_option(f):
     return click.option(
         "--database-url", envvar=list(DATABASE_ENV), show_envvar=True,
         help="PostgreSQL URL (the Fly convention is DATABASE_URL).")(f)
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line, for log pipelines that parse fields."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry = {"time": self.formatTime(record), "level": record.levelname,
-                 "pid": record.process, "logger": record.name, "message": record.getMessage()}
-        if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry)
-
-
-class BatchedStreamHandler(logging.StreamHandler):
-    """Writes records through a buffer that is flushed at warnings, when full,
-    and whenever a process says a batch of work is done (``handler.flush()``,
-    which the worker and the supervisor call at least every fraction of a
-    second). A busy worker logs a line per job; writing each one with a
-    system call of its own cost a fifth of the throughput."""
-
-    def __init__(self) -> None:
-        try:
-            stream = open(sys.stderr.fileno(), "w", buffering=1 << 16, encoding="utf-8",
-                          errors="backslashreplace", closefd=False)
-        except (AttributeError, OSError, ValueError):  # stderr is no file (a test runner's)
-            stream = sys.stderr
-        super().__init__(stream)
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            self.stream.write(self.format(record) + self.terminator)
-            if record.levelno >= logging.WARNING:
-                self.flush()
-        except Exception:  # noqa: BLE001 - logging's own contract: report, never raise
-            self.handleError(record)
-
-
-def configure_logging(level: str, log_format: str, batched: bool) -> None:
-    handler = BatchedStreamHandler() if batched else logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(
-        "%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(getattr(logging, level.upper()))
-    # The logging HOWTO's optimisations for what our lines never show: the
-    # caller's file and line, thread and multiprocessing names. A busy worker
-    # writes a line per job, so each record's cost counts.
-    logging._srcfile = None
-    logging.logThreads = False
-    logging.logMultiprocessing = False
 
 
 def require_database(url: str | None) -> str:

@@ -27,8 +27,9 @@ import setproctitle
 from . import db, metrics
 from .reaper import Reaper
 from .config import Config
+from .logs import flush_logs
 from .worker import (EXIT_BOOT_FAILURE, EXIT_OK, EXIT_TIMEOUT, HANDLED_SIGNALS, RunningSlot,
-                     Worker, flush_logs, set_parent_death_signal)
+                     Worker, set_parent_death_signal)
 
 log = logging.getLogger(__name__)
 
@@ -445,6 +446,7 @@ class Supervisor:
         if ids:
             log.warning("released unfinished jobs %s of %s", ids, item.claimant)
         metrics.record_release("stopped_worker", len(ids))
+
 
 def _read_ready(fd: int) -> bool:
     try:

@@ -33,6 +33,7 @@ import psycopg2
 import setproctitle
 
 from . import db, metrics, registry
+from .logs import LINES, flush_logs
 from .config import Config
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ _PR_SET_PDEATHSIG = 1
 
 #: The signals a worker handles; the supervisor forks with them blocked.
 HANDLED_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGCHLD,
-                    signal.SIGTTIN, signal.SIGTTOU}
+                   signal.SIGTTIN, signal.SIGTTOU}
 
 
 def retry_delay(attempt: int, base: float, cap: float) -> float:
@@ -96,12 +97,6 @@ def describe_failure(exc: BaseException) -> str:
 
 def _storable(text: str) -> str:
     return text.replace("\0", "\\0").encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def flush_logs() -> None:
-    """Write out what the log handlers buffered (see cli.BatchedStreamHandler)."""
-    for handler in logging.getLogger().handlers:
-        handler.flush()
 
 
 def set_parent_death_signal(signum: int) -> None:
@@ -667,12 +662,17 @@ class Worker:
         states = self._write(lambda: self.store.record_outcomes(self.claimant, outcomes), wait)
         if states is None:
             return
+        succeeded = []
         for run in finished:
             if run not in interrupted:
                 run.written = True
                 state = states.get(run.claimed.id)
-                outcome = {"pending": "retried", None: "lost"}.get(state, state)
-                self._log_outcome(run, outcome, _first_line(run.error))
+                if state == "succeeded":
+                    succeeded.append(run)
+                else:
+                    outcome = {"pending": "retried", None: "lost"}.get(state, state)
+                    self._log_outcome(run, outcome, _first_line(run.error))
+        self._log_successes(succeeded)
         if interrupted and self._write(lambda: self.store.release_claims_of(
                 [self.claimant], [run.claimed.id for run in interrupted]), wait) is not None:
             for run in interrupted:
@@ -722,13 +722,19 @@ class Worker:
 
     def _log_outcome(self, run: Run, outcome: str, detail: str = "") -> None:
         """One line per run: id, kind, attempt, duration, outcome."""
-        job = run.claimed
-        metrics.record_run(job.kind, outcome, run.duration)
+        metrics.record_run(run.claimed.kind, outcome, run.duration)
         if outcome == "lost":
             detail = "the claim was no longer this worker's; outcome not recorded"
-        level = logging.INFO if outcome == "succeeded" else logging.WARNING
-        log.log(level, "job %d %s attempt %d/%d %s in %.3fs%s", job.id, job.kind, job.attempt,
-                job.max_attempts, outcome, run.duration, f": {detail}" if detail else "")
+        log.warning("%s", _outcome_line(run, outcome, detail))
+
+    def _log_successes(self, runs: list[Run]) -> None:
+        """The same line for each run that succeeded, in one log record for all
+        of them (see logs.LINES): a busy worker records hundreds at a time."""
+        for run in runs:
+            metrics.record_run(run.claimed.kind, "succeeded", run.duration)
+        if runs and log.isEnabledFor(logging.INFO):
+            lines = [_outcome_line(run, "succeeded") for run in runs]
+            log.info("%s", "\n".join(lines), extra={LINES: lines})
 
 
 def _timeout_at(run: Run | None) -> float:
@@ -738,6 +744,12 @@ def _timeout_at(run: Run | None) -> float:
     if registration is None or registration.timeout is None:
         return float("inf")
     return run.started + registration.timeout
+
+
+def _outcome_line(run: Run, outcome: str, detail: str = "") -> str:
+    job = run.claimed
+    return (f"job {job.id} {job.kind} attempt {job.attempt}/{job.max_attempts} {outcome}"
+            f" in {run.duration:.3f}s{': ' + detail if detail else ''}")
 
 
 def _first_line(error: BaseException | None) -> str:

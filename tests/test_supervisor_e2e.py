@@ -160,7 +160,7 @@ def test_sigterm_lets_in_flight_jobs_finish_and_starts_nothing_new(executions,
 
 
 def test_a_job_longer_than_the_drain_is_released_at_the_deadline(executions,
-                                                                  start_supervisor):
+                                                                 start_supervisor):
     supervisor = start_supervisor("--workers", "1", "--drain-seconds", "1")
     [job_id] = enqueue(executions, "record", '{"sleep": 30}')
     wait_until(lambda: running_job(executions, job_id), 10)
@@ -337,8 +337,8 @@ def test_interrupted_without_a_stop_request_is_a_failed_attempt(executions, star
                             (job_id,)) == 2
 
 
-def test_a_worker_killed_by_a_nameless_signal_is_handled_like_any_death(executions,
-                                                                       start_supervisor):
+def test_a_worker_killed_by_a_nameless_signal_is_handled_like_any_death(
+        executions, start_supervisor):
     supervisor = start_supervisor("--workers", "1", "--lease-seconds", "60")
     [job_id] = enqueue(executions, "record", '{"sleep": 30}', max_attempts=1)
     pid, _ = wait_until(lambda: running_job(executions, job_id), 10)

@@ -35,7 +35,6 @@ def _record_end(execution_id):
          (execution_id,))
 
 
-
 @job("record")
 def record(j):
     execution = _record_start(j)
