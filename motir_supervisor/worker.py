@@ -51,11 +51,14 @@ EXIT_TIMEOUT = 5
 #: last_error keeps at most this many characters: enough for a message and
 #: the innermost frames, small enough to keep rows and status output lean.
 MAX_ERROR_CHARS = 4000
-#: A batch that finished within this doubles the next claim; one that took
-#: longer than SLOW_BATCH_SECONDS drops it back to a single job, so jobs never
-#: queue for long behind a slow one inside a worker.
+#: A worker claims what it can run in about FAST_BATCH_SECONDS: a full batch
+#: that finished sooner grows the next claim in proportion, by at most
+#: BATCH_GROWTH_MAX times (1, 8, 64, 512 for jobs that take no time). One
+#: that took longer than SLOW_BATCH_SECONDS drops it back to a single job, so
+#: jobs never queue for long behind a slow one inside a worker.
 FAST_BATCH_SECONDS = 0.1
 SLOW_BATCH_SECONDS = 0.5
+BATCH_GROWTH_MAX = 8
 #: While a batch runs, finished outcomes are written at least this often.
 OUTCOME_FLUSH_SECONDS = 0.2
 #: After a failed write that must not block, the next such write waits this long.
@@ -78,6 +81,16 @@ def retry_delay(attempt: int, base: float, cap: float) -> float:
     """
     delay = min(cap, base * 2 ** min(max(attempt - 1, 0), 32))
     return delay / 2 + random.uniform(0, delay / 2)
+
+
+def next_batch_size(size: int, claimed: int, took: float, most: int) -> int:
+    """The next claim's size after ``claimed`` jobs of a claim of ``size`` ran in ``took`` s."""
+    if took > SLOW_BATCH_SECONDS:
+        return 1
+    if took >= FAST_BATCH_SECONDS or claimed < size:
+        return size
+    growth = min(BATCH_GROWTH_MAX, FAST_BATCH_SECONDS / max(took, 1e-6))
+    return min(max(int(size * growth), size + 1), most)
 
 
 def describe_failure(exc: BaseException) -> str:
@@ -484,10 +497,8 @@ class Worker:
         self._release_unstarted([run for run in batch.runs if run.withdrawn and not run.written])
         flush_logs()
         took = time.monotonic() - started
-        if took < FAST_BATCH_SECONDS and len(jobs) == self.batch_size:
-            self.batch_size = min(self.batch_size * 2, self.config.batch_size)
-        elif took > SLOW_BATCH_SECONDS:
-            self.batch_size = 1
+        self.batch_size = next_batch_size(self.batch_size, len(jobs), took,
+                                          self.config.batch_size)
 
     def _supervise(self, batch: Batch, lease_confirmed: float) -> None:
         """Wait for the batch while renewing its lease; raise ExitNow to give up."""

@@ -127,3 +127,13 @@ def test_a_record_of_many_lines_is_written_as_one_full_line_each(formatter):
         assert all(w.endswith(line) and " INFO [" in w for w, line in zip(written, lines))
     # The record itself is untouched: another handler's plain formatter shows every line.
     assert logging.Formatter("%(message)s").format(record) == "\n".join(lines)
+
+
+def test_batches_grow_with_the_room_left_and_shrink_after_a_slow_one():
+    assert worker.next_batch_size(1, 1, 0.0, 512) == 8  # no time at all: the most growth
+    assert worker.next_batch_size(64, 64, 0.001, 512) == 512  # capped by --batch-size
+    assert worker.next_batch_size(10, 10, 0.05, 512) == 20  # half the target: doubles
+    assert worker.next_batch_size(10, 10, 0.099, 512) == 11  # just under: still grows
+    assert worker.next_batch_size(10, 10, 0.2, 512) == 10  # between fast and slow: stays
+    assert worker.next_batch_size(10, 4, 0.001, 512) == 10  # the queue ran short: stays
+    assert worker.next_batch_size(512, 512, 0.6, 512) == 1  # slow: one at a time again
