@@ -53,9 +53,11 @@ EXIT_TIMEOUT = 5
 MAX_ERROR_CHARS = 4000
 #: A worker claims what it can run in about FAST_BATCH_SECONDS: a full batch
 #: that finished sooner grows the next claim in proportion, by at most
-#: BATCH_GROWTH_MAX times (1, 8, 64, 512 for jobs that take no time). One
-#: that took longer than SLOW_BATCH_SECONDS drops it back to a single job, so
-#: jobs never queue for long behind a slow one inside a worker.
+#: BATCH_GROWTH_MAX times (1, 8, 64, 512 for jobs that take no time). A claim
+#: that came back short sets the next one to what it found. A batch still
+#: running after SLOW_BATCH_SECONDS gives its unstarted jobs back to the other
+#: workers and drops the next claim to a single job, so that jobs never queue
+#: for long inside one worker while others could run them.
 FAST_BATCH_SECONDS = 0.1
 SLOW_BATCH_SECONDS = 0.5
 BATCH_GROWTH_MAX = 8
@@ -87,7 +89,9 @@ def next_batch_size(size: int, claimed: int, took: float, most: int) -> int:
     """The next claim's size after ``claimed`` jobs of a claim of ``size`` ran in ``took`` s."""
     if took > SLOW_BATCH_SECONDS:
         return 1
-    if took >= FAST_BATCH_SECONDS or claimed < size:
+    if claimed < size:
+        return max(claimed, 1)
+    if took >= FAST_BATCH_SECONDS:
         return size
     growth = min(BATCH_GROWTH_MAX, FAST_BATCH_SECONDS / max(took, 1e-6))
     return min(max(int(size * growth), size + 1), most)
@@ -491,7 +495,7 @@ class Worker:
         self._arm_lease_alarm(claim_sent)
         self._handler_queue().put(batch)
         started = time.monotonic()
-        self._supervise(batch, claim_sent)
+        self._supervise(batch, claim_sent, started)
         self._disarm_lease_alarm()  # no handler runs any more
         self._flush_outcomes(batch)
         self._release_unstarted([run for run in batch.runs if run.withdrawn and not run.written])
@@ -500,7 +504,7 @@ class Worker:
         self.batch_size = next_batch_size(self.batch_size, len(jobs), took,
                                           self.config.batch_size)
 
-    def _supervise(self, batch: Batch, lease_confirmed: float) -> None:
+    def _supervise(self, batch: Batch, lease_confirmed: float, started: float) -> None:
         """Wait for the batch while renewing its lease; raise ExitNow to give up."""
         lease = self.config.lease_seconds
         next_renewal = lease_confirmed + self.config.renew_every
@@ -530,9 +534,9 @@ class Worker:
             current = batch.current
             if current is not None and now >= _timeout_at(current):
                 self._abandon_timed_out(batch, current)
-            elif current is not None and now - current.started > SLOW_BATCH_SECONDS:
-                # The batch-mates would wait for this slow run: let other
-                # workers have them.
+            elif now - started > SLOW_BATCH_SECONDS:
+                # What has not started would wait for a slow run, or a slow
+                # batch: let other workers have it.
                 self._release_unstarted(batch.withdraw(lambda run: True), wait=False)
             if now >= next_renewal:
                 next_renewal = now + self.config.renew_every

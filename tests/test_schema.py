@@ -45,6 +45,25 @@ def test_the_claim_uses_the_partial_index(sql):
     assert "job_queue_due" in plan
 
 
+def test_the_claim_finds_its_rows_through_the_primary_key_not_a_table_scan(sql):
+    # On 20,000 pending rows, joining the locked ids to the table made the
+    # planner hash the whole table for every batch.
+    sql.rows("INSERT INTO job_queue (kind) SELECT 'x' FROM generate_series(1, 20000)")
+    sql.rows("ANALYZE job_queue")
+    plan = "\n".join(r[0] for r in sql.rows(
+        "EXPLAIN " + db.QUERIES["claim_due_jobs"],
+        {"claimant": "c", "limit": 512, "lease_seconds": 30, "queues": None}))
+    assert "job_queue_pkey" in plan and "Seq Scan" not in plan, plan
+
+
+def test_a_claim_hands_back_its_jobs_oldest_due_first(sql, store):
+    # Later ids due earlier, as retries and delayed jobs are.
+    sql.rows("INSERT INTO job_queue (kind, run_at) SELECT 'x', now() - g * interval '1 min'"
+             " FROM generate_series(1, 6) AS g")
+    due = [row[0] for row in sql.rows("SELECT id FROM job_queue ORDER BY run_at, id")]
+    assert [job.id for job in store.claim_due_jobs("c", 6, 30, None)] == due
+
+
 def test_migrate_twice_is_a_no_op(database_url):
     store = db.JobStore(database_url)
     assert store.migrate() == []

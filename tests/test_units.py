@@ -135,5 +135,6 @@ def test_batches_grow_with_the_room_left_and_shrink_after_a_slow_one():
     assert worker.next_batch_size(10, 10, 0.05, 512) == 20  # half the target: doubles
     assert worker.next_batch_size(10, 10, 0.099, 512) == 11  # just under: still grows
     assert worker.next_batch_size(10, 10, 0.2, 512) == 10  # between fast and slow: stays
-    assert worker.next_batch_size(10, 4, 0.001, 512) == 10  # the queue ran short: stays
+    assert worker.next_batch_size(10, 4, 0.001, 512) == 4  # the queue ran short: what it had
+    assert worker.next_batch_size(512, 0, 0.0, 512) == 1
     assert worker.next_batch_size(512, 512, 0.6, 512) == 1  # slow: one at a time again

@@ -114,3 +114,24 @@ def test_a_slow_job_lets_go_of_its_batch_mates(executions, start_supervisor):
     # Every other job was done well before the slow one: none waited behind it.
     assert executions.value("SELECT max(finished_at) FROM job_queue WHERE id <> %s",
                             (slow,)) < slow_end
+
+
+def test_a_burst_of_slower_jobs_is_shared_by_workers_whose_batches_grew(executions,
+                                                                      start_supervisor):
+    supervisor = start_supervisor("--workers", "4")
+    supervisor.wait_for_workers(4)
+    # Instant jobs grow every worker's claims toward --batch-size.
+    for _ in range(3):
+        executions.rows("INSERT INTO job_queue (kind) SELECT 'record' FROM generate_series(1, 300)")
+        wait_until(lambda: executions.value(
+            "SELECT count(*) FROM job_queue WHERE state <> 'succeeded'") == 0, 20)
+    executions.rows("TRUNCATE test_executions")
+    executions.rows("INSERT INTO job_queue (kind, payload)"
+                    " SELECT 'record', '{\"sleep\": 0.3}' FROM generate_series(1, 12)")
+    wait_until(lambda: executions.value(
+        "SELECT count(*) FROM job_queue WHERE state <> 'succeeded'") == 0, 20)
+    per_worker = [count for _, count in executions.rows(
+        "SELECT pid, count(*) FROM test_executions GROUP BY pid")]
+    # One worker taking the whole burst would run all 12 one after the other
+    # (3.6 s) while three others sat idle.
+    assert sum(per_worker) == 12 and max(per_worker) <= 6, per_worker

@@ -13,26 +13,33 @@ LISTEN motir_job_queue;
 -- them. The handler runs only after it commits. The locking subquery is
 -- uncorrelated, so it runs once, and ARRAY() hands its ids to the update as
 -- one value: the update then finds each row through the primary key, where a
--- join could hash the whole table for every batch.
-UPDATE job_queue AS j
-SET state = 'running',
-    locked_by = %(claimant)s,
-    -- clock_timestamp(), not now(): a claim that waited on a lock still gets
-    -- a whole lease from the moment it is written.
-    lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_seconds)s),
-    attempts = j.attempts + 1,
-    started_at = now()
-WHERE j.id = ANY(ARRAY(
-    SELECT id
-    FROM job_queue
-    WHERE state = 'pending'
-      AND run_at <= now()
-      AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-    ORDER BY run_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-))
-RETURNING j.id, j.queue, j.kind, j.payload, j.attempts, j.max_attempts, j.checkpoint;
+-- join could hash the whole table for every batch. That walk returns them in
+-- id order; the jobs run in the order they fell due.
+WITH claimed AS (
+    UPDATE job_queue AS j
+    SET state = 'running',
+        locked_by = %(claimant)s,
+        -- clock_timestamp(), not now(): a claim that waited on a lock still
+        -- gets a whole lease from the moment it is written.
+        lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_seconds)s),
+        attempts = j.attempts + 1,
+        started_at = now()
+    WHERE j.id = ANY(ARRAY(
+        SELECT id
+        FROM job_queue
+        WHERE state = 'pending'
+          AND run_at <= now()
+          AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+        ORDER BY run_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ))
+    RETURNING j.id, j.queue, j.kind, j.payload, j.attempts, j.max_attempts, j.checkpoint,
+              j.run_at
+)
+SELECT id, queue, kind, payload, attempts, max_attempts, checkpoint
+FROM claimed
+ORDER BY run_at, id;
 
 -- seconds_until_next_due --
 -- How long until the earliest pending job of these queues is due (negative
