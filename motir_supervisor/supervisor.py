@@ -25,9 +25,9 @@ import psycopg2
 import setproctitle
 
 from . import db, metrics
-from .reaper import Reaper
 from .config import Config
 from .logs import flush_logs
+from .reaper import Reaper
 from .worker import (EXIT_BOOT_FAILURE, EXIT_OK, EXIT_TIMEOUT, HANDLED_SIGNALS, RunningSlot,
                      Worker, set_parent_death_signal)
 

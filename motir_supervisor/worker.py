@@ -33,8 +33,8 @@ import psycopg2
 import setproctitle
 
 from . import db, metrics, registry
-from .logs import LINES, flush_logs
 from .config import Config
+from .logs import LINES, flush_logs
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -116,8 +116,8 @@ def test_a_slow_job_lets_go_of_its_batch_mates(executions, start_supervisor):
                             (slow,)) < slow_end
 
 
-def test_a_burst_of_slower_jobs_is_shared_by_workers_whose_batches_grew(executions,
-                                                                      start_supervisor):
+def test_a_burst_of_slower_jobs_is_shared_by_workers_whose_batches_grew(
+        executions, start_supervisor):
     supervisor = start_supervisor("--workers", "4")
     supervisor.wait_for_workers(4)
     # Instant jobs grow every worker's claims toward --batch-size.
