@@ -50,9 +50,9 @@ class Config:
     retry_base_seconds: float = 5.0
     #: Cap of the retry delay.
     retry_max_seconds: float = 3600.0
-    #: Most jobs one claim takes. A worker starts at one and doubles while its
-    #: jobs finish fast, so short jobs share round trips and long ones do not
-    #: wait behind each other.
+    #: Most jobs one claim takes. A worker starts at one and grows toward what
+    #: it can run in a tenth of a second (see worker.FAST_BATCH_SECONDS), so
+    #: short jobs share round trips and long ones do not wait behind each other.
     batch_size: int = 512
     #: Succeeded and cancelled rows older than this are deleted; 0 keeps them.
     retention_hours: float = 168.0
