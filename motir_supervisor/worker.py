@@ -174,7 +174,7 @@ class StopFlag:
         return self.value
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class Run:
     """One claimed job inside a batch, as the two threads share it."""
 
