@@ -54,10 +54,11 @@ MAX_ERROR_CHARS = 4000
 #: A worker claims what it can run in about FAST_BATCH_SECONDS: a full batch
 #: that finished sooner grows the next claim in proportion, by at most
 #: BATCH_GROWTH_MAX times (1, 8, 64, 512 for jobs that take no time). A claim
-#: that came back short sets the next one to what it found. A batch still
-#: running after SLOW_BATCH_SECONDS gives its unstarted jobs back to the other
-#: workers and drops the next claim to a single job, so that jobs never queue
-#: for long inside one worker while others could run them.
+#: that came back short sets the next one to what it found, an empty one to a
+#: single job. A batch still running after SLOW_BATCH_SECONDS gives its
+#: unstarted jobs back to the other workers and drops the next claim to a
+#: single job, so that jobs never queue for long inside one worker while
+#: others could run them.
 FAST_BATCH_SECONDS = 0.1
 SLOW_BATCH_SECONDS = 0.5
 BATCH_GROWTH_MAX = 8
@@ -259,6 +260,11 @@ class Batch:
             run.withdrawn = True
         return taken
 
+    def unreleased(self) -> list[Run]:
+        """Runs taken out of the batch whose claim is still held (a release
+        not written yet, or one that failed and is due again)."""
+        return [run for run in self.runs if run.withdrawn and not run.written]
+
     @property
     def current(self) -> Run | None:
         for run in self.runs:
@@ -409,6 +415,9 @@ class Worker:
                     self._idle_backoff = 0.0
                     self._run_batch(jobs, claim_sent)
                 else:
+                    # The queue is empty: whatever comes next is shared by
+                    # every worker it wakes, each growing its claims afresh.
+                    self.batch_size = 1
                     self._wait_for_work()
             except psycopg2.Error as exc:
                 # Unreachable, or refusing writes (a read-only node after a
@@ -498,7 +507,7 @@ class Worker:
         self._supervise(batch, claim_sent, started)
         self._disarm_lease_alarm()  # no handler runs any more
         self._flush_outcomes(batch)
-        self._release_unstarted([run for run in batch.runs if run.withdrawn and not run.written])
+        self._release_unstarted(batch.unreleased())
         flush_logs()
         took = time.monotonic() - started
         self.batch_size = next_batch_size(self.batch_size, len(jobs), took,
@@ -536,8 +545,8 @@ class Worker:
                 self._abandon_timed_out(batch, current)
             elif now - started > SLOW_BATCH_SECONDS:
                 # What has not started would wait for a slow run, or a slow
-                # batch: let other workers have it.
-                self._release_unstarted(batch.withdraw(lambda run: True), wait=False)
+                # batch: let other workers have it (released just below).
+                batch.withdraw(lambda run: True)
             if now >= next_renewal:
                 next_renewal = now + self.config.renew_every
                 if self._renew_leases(batch):
@@ -553,6 +562,8 @@ class Worker:
                 batch.withdraw(lambda run: True)
                 for run in batch.runs:
                     run.stopping.set()
+            # Whatever was withdrawn above, or earlier by a release that failed.
+            self._release_unstarted(batch.unreleased(), wait=False)
             self._flush_outcomes(batch, wait=False)
             flush_logs()
 

@@ -135,3 +135,30 @@ def test_a_burst_of_slower_jobs_is_shared_by_workers_whose_batches_grew(
     # One worker taking the whole burst would run all 12 one after the other
     # (3.6 s) while three others sat idle.
     assert sum(per_worker) == 12 and max(per_worker) <= 6, per_worker
+    # Nor may it be handed on from one grown worker to the next: the burst
+    # starts on several workers at once.
+    started_at_once = executions.value(
+        "SELECT count(*) FROM (SELECT pid, min(started_at) AS first FROM test_executions"
+        " GROUP BY pid) AS w"
+        " WHERE first < (SELECT min(started_at) FROM test_executions) + interval '0.25 s'")
+    assert started_at_once >= 3, started_at_once
+
+
+def test_a_release_that_failed_is_tried_again_while_the_batch_runs(
+        executions, start_supervisor):
+    executions.rows("INSERT INTO job_queue (kind) SELECT 'record' FROM generate_series(1, 60)")
+    slow = enqueue(executions, "record", '{"sleep": 3}')
+    executions.rows("INSERT INTO job_queue (kind) SELECT 'record' FROM generate_series(1, 60)")
+    start_supervisor("--workers", "2")
+    wait_until(lambda: executions.value(
+        "SELECT count(*) FROM test_executions WHERE job_id = %s", (slow,)) == 1, 10)
+    # The workers lose their connections while the slow job runs, so the
+    # release of its unstarted batch-mates (due at 0.5 s) fails at first.
+    executions.rows("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE application_name LIKE 'motir-supervisor worker %%'"
+                    " AND application_name NOT LIKE '%%checkpoints'")
+    wait_until(lambda: state_of(executions, slow) == "succeeded", 20)
+    slow_end = executions.value("SELECT finished_at FROM job_queue WHERE id = %s", (slow,))
+    # Tried again once the database answers, not only when the slow job ends.
+    assert executions.value("SELECT max(finished_at) FROM job_queue WHERE id <> %s",
+                            (slow,)) < slow_end
