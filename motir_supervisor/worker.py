@@ -242,23 +242,22 @@ class Batch:
         if run.duration > OUTCOME_FLUSH_SECONDS:
             self.worker.wake()  # a slow run's outcome is worth writing now
 
-    def stop_starting(self) -> list[Run]:
-        """No further run starts; returns the runs this withdrew."""
+    def stop_starting(self) -> None:
+        """No further run starts; what has not started is withdrawn."""
         with self.lock:
             self.stopped = True
-            return self._withdraw(lambda run: True)
+            self._withdraw(lambda run: True)
 
-    def withdraw(self, wanted: Callable[[Run], bool]) -> list[Run]:
-        """Take the runs ``wanted`` selects out of the batch, if they have not started."""
+    def withdraw(self, wanted: Callable[[Run], bool]) -> None:
+        """Take the runs ``wanted`` selects out of the batch, if they have not
+        started; the worker gives their claims back (see ``unreleased``)."""
         with self.lock:
-            return self._withdraw(wanted)
+            self._withdraw(wanted)
 
-    def _withdraw(self, wanted: Callable[[Run], bool]) -> list[Run]:
-        taken = [run for run in self.runs
-                 if run.started is None and not run.withdrawn and wanted(run)]
-        for run in taken:
-            run.withdrawn = True
-        return taken
+    def _withdraw(self, wanted: Callable[[Run], bool]) -> None:
+        for run in self.runs:
+            if run.started is None and wanted(run):
+                run.withdrawn = True
 
     def unreleased(self) -> list[Run]:
         """Runs taken out of the batch whose claim is still held (a release
@@ -492,14 +491,16 @@ class Worker:
         self._absorb_signals()
         if self.stop_requested:
             # Claimed while the stop signal landed: nothing starts after it.
-            self._release_unstarted(batch.stop_starting())
+            batch.stop_starting()
+            self._release_unstarted(batch)
             return
         if time.monotonic() - claim_sent > self.config.renew_every:
             # The claim waited (a lock on the table, a stall): its lease is
             # partly spent before anything started. Give it back instead.
             log.warning("worker %d: the claim took %.1fs; giving its jobs back", self.index,
                         time.monotonic() - claim_sent)
-            self._release_unstarted(batch.stop_starting())
+            batch.stop_starting()
+            self._release_unstarted(batch)
             return
         self._arm_lease_alarm(claim_sent)
         self._handler_queue().put(batch)
@@ -507,7 +508,7 @@ class Worker:
         self._supervise(batch, claim_sent, started)
         self._disarm_lease_alarm()  # no handler runs any more
         self._flush_outcomes(batch)
-        self._release_unstarted(batch.unreleased())
+        self._release_unstarted(batch)
         flush_logs()
         took = time.monotonic() - started
         self.batch_size = next_batch_size(self.batch_size, len(jobs), took,
@@ -531,9 +532,10 @@ class Worker:
             if self.stop_requested and not batch.stopped:
                 for run in batch.runs:
                     run.stopping.set()
-                self._release_unstarted(batch.stop_starting(), wait=False)
+                batch.stop_starting()
             if self.stop_requested and now >= self.drain_deadline:
                 self._next_quick_write = 0.0  # one last try, whatever failed before
+                self._release_unstarted(batch, wait=False)
                 self._flush_outcomes(batch, wait=False)
                 if batch.current is not None:
                     log.warning("worker %d: drain deadline passed with job %d still running;"
@@ -545,7 +547,7 @@ class Worker:
                 self._abandon_timed_out(batch, current)
             elif now - started > SLOW_BATCH_SECONDS:
                 # What has not started would wait for a slow run, or a slow
-                # batch: let other workers have it (released just below).
+                # batch: let other workers have it.
                 batch.withdraw(lambda run: True)
             if now >= next_renewal:
                 next_renewal = now + self.config.renew_every
@@ -563,7 +565,7 @@ class Worker:
                 for run in batch.runs:
                     run.stopping.set()
             # Whatever was withdrawn above, or earlier by a release that failed.
-            self._release_unstarted(batch.unreleased(), wait=False)
+            self._release_unstarted(batch, wait=False)
             self._flush_outcomes(batch, wait=False)
             flush_logs()
 
@@ -604,15 +606,15 @@ class Worker:
         signal.setitimer(signal.ITIMER_REAL, 0)
 
     def _abandon_timed_out(self, batch: Batch, run: Run) -> None:
-        withdrawn = batch.stop_starting()
+        batch.stop_starting()
         if run.ended:
             # It finished in the meantime: nothing to abandon, and nothing
             # else starts in this batch either way.
-            self._release_unstarted(withdrawn, wait=False)
+            self._release_unstarted(batch, wait=False)
             return
         self._next_quick_write = 0.0  # one last try, whatever failed before
         self._flush_outcomes(batch, wait=False)
-        self._release_unstarted(withdrawn, wait=False)
+        self._release_unstarted(batch, wait=False)
         registration = registry.registration_for(run.claimed.kind)
         self._log_outcome(run, "timed out", f"ran past its timeout of {registration.timeout:g}s")
         # The handler thread cannot be stopped from outside: this process
@@ -646,10 +648,10 @@ class Worker:
                          self.index, run.claimed.id)
                 run.stopping.set()
         # Jobs that have not started and were cancelled, or are no longer
-        # ours, never will here: the release makes the cancelled ones
-        # cancelled and, fenced, leaves the lost ones to their new owner.
-        self._release_unstarted(batch.withdraw(
-            lambda run: renewed.get(run.claimed.id, True)), wait=False)
+        # ours, never will here: their release (by _supervise) makes the
+        # cancelled ones cancelled and, fenced, leaves the lost ones to their
+        # new owner.
+        batch.withdraw(lambda run: renewed.get(run.claimed.id, True))
         return True
 
     def save_checkpoint(self, job_id: int, data: Any) -> bool:
@@ -659,13 +661,15 @@ class Worker:
             self._checkpoint_store.close()
             raise
 
-    def _release_unstarted(self, runs: list[Run], wait: bool = True) -> None:
+    def _release_unstarted(self, batch: Batch, wait: bool = True) -> None:
+        """Give back the claims of the batch's withdrawn runs not given back yet."""
+        runs = batch.unreleased()
         if not runs:
             return
         ids = [run.claimed.id for run in runs]
         if self._write(lambda: self.store.release_claims_of([self.claimant], ids),
                        wait) is None:
-            return  # still claimed: retried after the batch, or released by the supervisor
+            return  # still claimed: tried again at the next tick, or released by the supervisor
         for run in runs:
             run.written = True
         log.info("worker %d released jobs %s before starting them", self.index, ids)

@@ -17,13 +17,10 @@
 // nothing of them lives in this repository. Only graphile-worker's public
 // API runs the jobs; the SQL here only observes.
 
-import { readFileSync } from "node:fs";
-import { createRequire } from "node:module";
 import { parseArgs } from "node:util";
-import { pathToFileURL } from "node:url";
 import path from "node:path";
 
-import { timeWorkers } from "./timing.mjs";
+import { installedVersion, load, settle, timeWorkers } from "./timing.mjs";
 
 const ADD_SLICE = 5000;
 // A completed job is deleted; one that failed for good stays with its attempts spent.
@@ -47,14 +44,8 @@ const jobs = Number(opts.jobs);
 const processes = Number(opts.processes);
 const concurrency = Number(opts.concurrency);
 
-async function load(name) {
-  const require = createRequire(path.join(nodeModules, "noop.js"));
-  const resolved = require.resolve(name);
-  return import(pathToFileURL(resolved).href);
-}
-
-const worker = await load("graphile-worker");
-const pg = (await load("pg")).default;
+const worker = await load(nodeModules, "graphile-worker");
+const pg = (await load(nodeModules, "pg")).default;
 
 // Per-job messages at info level would time the console, not the queue.
 const logger = new worker.Logger(() => (level, message) => {
@@ -83,12 +74,7 @@ async function prepare() {
   } finally {
     await utils.release();
   }
-  // As bin/bench prepares its own table: statistics current, a fresh checkpoint.
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  await client.query("VACUUM ANALYZE");
-  await client.query("CHECKPOINT");
-  await client.end();
+  await settle(pg, url);
 }
 
 async function work() {
@@ -108,8 +94,7 @@ async function measure() {
   });
   const leftOver = (await client.query(LEFT_OVER)).rows[0].n;
   await client.end();
-  const version = JSON.parse(
-    readFileSync(path.join(nodeModules, "graphile-worker", "package.json"), "utf8")).version;
+  const version = installedVersion(nodeModules, "graphile-worker");
   const batching = opts["local-queue"] ? ", local queue 500, batched completion" : "";
   console.log(JSON.stringify({
     peer: "graphile-worker", version,

@@ -18,13 +18,10 @@
 // nothing of them lives in this repository. Only pg-boss's public API runs
 // the jobs; the SQL here only observes.
 
-import { readFileSync } from "node:fs";
-import { createRequire } from "node:module";
 import { parseArgs } from "node:util";
-import { pathToFileURL } from "node:url";
 import path from "node:path";
 
-import { timeWorkers } from "./timing.mjs";
+import { installedVersion, load, settle, timeWorkers } from "./timing.mjs";
 
 const INSERT_SLICE = 5000;
 const QUEUE = "noop";
@@ -51,13 +48,8 @@ const processes = Number(opts.processes);
 const workers = Number(opts.workers);
 const batchSize = Number(opts["batch-size"]);
 
-async function load(name) {
-  const require = createRequire(path.join(nodeModules, "noop.js"));
-  return import(pathToFileURL(require.resolve(name)).href);
-}
-
-const { PgBoss } = await load("pg-boss");
-const pg = (await load("pg")).default;
+const { PgBoss } = await load(nodeModules, "pg-boss");
+const pg = (await load(nodeModules, "pg")).default;
 
 function makeBoss() {
   const boss = new PgBoss({ connectionString: url });
@@ -74,12 +66,7 @@ async function prepare() {
     await boss.insert(QUEUE, Array.from({ length: size }, () => ({ data: {} })));
   }
   await boss.stop({ graceful: true });
-  // As bin/bench prepares its own table: statistics current, a fresh checkpoint.
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  await client.query("VACUUM ANALYZE");
-  await client.query("CHECKPOINT");
-  await client.end();
+  await settle(pg, url);
 }
 
 async function work() {
@@ -103,8 +90,7 @@ async function measure() {
   });
   const completed = (await client.query(COMPLETED, [QUEUE])).rows[0].n;
   await client.end();
-  const version = JSON.parse(
-    readFileSync(path.join(nodeModules, "pg-boss", "package.json"), "utf8")).version;
+  const version = installedVersion(nodeModules, "pg-boss");
   console.log(JSON.stringify({
     peer: "pg-boss", version,
     configuration: `${processes} process(es) x ${workers} workers, batch ${batchSize}`,

@@ -1,8 +1,33 @@
-// The timing both Node.js peer drivers share, so the two are timed alike,
-// and as bin/bench times motir-supervisor: from starting the worker processes
-// to the first check that finds the queue empty, checked every 50 ms.
+// What both Node.js peer drivers share: loading a package from bin/bench's
+// node_modules, the database's state before timing, and the timing itself,
+// so the two are timed alike and as bin/bench times motir-supervisor: from
+// starting the worker processes to the first check that finds the queue
+// empty, checked every 50 ms.
 
 import { spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { pathToFileURL } from "node:url";
+import path from "node:path";
+
+// The package `name` as installed under `nodeModules` (never this repository).
+export async function load(nodeModules, name) {
+  const require = createRequire(path.join(nodeModules, "noop.js"));
+  return import(pathToFileURL(require.resolve(name)).href);
+}
+
+export function installedVersion(nodeModules, name) {
+  return JSON.parse(readFileSync(path.join(nodeModules, name, "package.json"), "utf8")).version;
+}
+
+// As bin/bench prepares its own table: statistics current, a fresh checkpoint.
+export async function settle(pg, url) {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  await client.query("VACUUM ANALYZE");
+  await client.query("CHECKPOINT");
+  await client.end();
+}
 
 const EMPTY_QUEUE_CHECK_MS = 50;
 
