@@ -18,7 +18,7 @@ import psycopg2
 
 from . import db
 from .logs import configure_logging
-from .config import Config, ConfigError
+from .config import DEFAULT_CONCURRENCY, Config, ConfigError
 from .supervisor import Supervisor
 
 DATABASE_ENV = ("MOTIR_DATABASE_URL", "DATABASE_URL")
@@ -83,6 +83,10 @@ def main(ctx: click.Context, log_level: str, log_format: str) -> None:
 @database_option
 @click.option("--workers", envvar="MOTIR_WORKERS", type=int, default=4, show_default=True,
               help="Child worker processes.")
+@click.option("--concurrency", envvar="MOTIR_CONCURRENCY", type=int,
+              default=DEFAULT_CONCURRENCY, show_default=True,
+              help="Jobs one worker runs at once: threads for def handlers, one event loop"
+                   " for async def handlers.")
 @click.option("--app", "apps", envvar="MOTIR_APP", multiple=True,
               help="Module that registers handlers (repeatable).")
 @click.option("--queue", "queues", envvar="MOTIR_QUEUE", multiple=True,
@@ -104,12 +108,14 @@ def main(ctx: click.Context, log_level: str, log_format: str) -> None:
               help="Serve the fleet's Prometheus metrics on this port.")
 @click.option("--listen/--no-listen", envvar="MOTIR_LISTEN", default=True, show_default=True,
               help="--no-listen polls only (for PgBouncer in transaction mode).")
-def run(database_url, workers, apps, queues, lease_seconds, drain_seconds, poll_seconds,
-        retry_base_seconds, batch_size, retention_hours, metrics_port, listen) -> None:
+def run(database_url, workers, concurrency, apps, queues, lease_seconds, drain_seconds,
+        poll_seconds, retry_base_seconds, batch_size, retention_hours, metrics_port,
+        listen) -> None:
     """Run the supervisor and its workers until SIGTERM or SIGINT."""
     try:
         config = Config(
-            database_url=require_database(database_url), workers=workers, apps=tuple(apps),
+            database_url=require_database(database_url), workers=workers,
+            concurrency=concurrency, apps=tuple(apps),
             queues=tuple(queues), lease_seconds=lease_seconds, drain_seconds=drain_seconds,
             poll_seconds=poll_seconds, retry_base_seconds=retry_base_seconds,
             batch_size=batch_size, retention_hours=retention_hours, metrics_port=metrics_port,

@@ -30,12 +30,29 @@ RENEWALS_PER_LEASE = 3
 MIN_LEASE_SECONDS = 6.0
 
 
+# Most jobs wait: on an HTTP call, a mail API, a model. A worker therefore
+# runs several at once, plain handlers on threads and async ones on its event
+# loop, and a machine of 4 workers runs 32 jobs at once with 4 processes'
+# memory, not 32. A thread costs little memory beside a process, and CPU-bound
+# handlers lose nothing in total by sharing the interpreter (each run takes
+# longer, the work done per second stays); what a higher number does cost is
+# the database connections handlers open themselves, and handlers must then
+# tolerate running beside each other in one process. Eight keeps a machine
+# of four workers within a few dozen handler connections; CPU-bound or
+# thread-unsafe handlers run with --concurrency 1, and jobs that mostly wait
+# (async ones above all) go far higher.
+DEFAULT_CONCURRENCY = 8
+MAX_CONCURRENCY = 1000
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     #: libpq URL or key=value string; the password never leaves this field.
     database_url: str
     #: Child worker processes the supervisor keeps alive.
     workers: int = 4
+    #: Jobs one worker runs at once (see DEFAULT_CONCURRENCY).
+    concurrency: int = DEFAULT_CONCURRENCY
     #: Modules imported in each worker to register handlers.
     apps: tuple[str, ...] = ()
     #: Queues to claim from; empty means all.
@@ -66,6 +83,9 @@ class Config:
             raise ConfigError("no database: pass --database-url or set DATABASE_URL")
         if not 1 <= self.workers <= 256:
             raise ConfigError(f"--workers must be between 1 and 256, got {self.workers}")
+        if not 1 <= self.concurrency <= MAX_CONCURRENCY:
+            raise ConfigError(f"--concurrency must be between 1 and {MAX_CONCURRENCY},"
+                              f" got {self.concurrency}")
         if self.lease_seconds < MIN_LEASE_SECONDS:
             raise ConfigError(
                 f"--lease-seconds must be at least {MIN_LEASE_SECONDS:g}: the lease is renewed "
@@ -88,6 +108,12 @@ class Config:
     def renew_every(self) -> float:
         """Seconds between lease renewals of a running job (see LEASE_SECONDS)."""
         return self.lease_seconds / RENEWALS_PER_LEASE
+
+    @property
+    def ledger_entries(self) -> int:
+        """Jobs a worker can hold at once: a full claim beside full slots, and
+        as many again whose outcomes wait to be written."""
+        return self.batch_size + 2 * self.concurrency
 
     @property
     def reaper_every(self) -> float:

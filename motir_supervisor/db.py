@@ -169,6 +169,12 @@ class JobStore:
         if self.listen:
             self._run("listen")
 
+    def start_listening(self) -> None:
+        """LISTEN from now on, on this connection and every later one."""
+        self.listen = True
+        if self.connected:
+            self._run("listen")
+
     @property
     def connected(self) -> bool:
         return self._conn is not None and not self._conn.closed
@@ -212,12 +218,13 @@ class JobStore:
     # -- the claim and the outcomes ------------------------------------------
 
     def claim_due_jobs(self, claimant: str, limit: int, lease_seconds: float,
-                       queues: Sequence[str] | None) -> list[ClaimedJob]:
+                       queues: Sequence[str] | None) -> tuple[list[ClaimedJob], bool]:
+        """The claimed jobs in due order, and whether more were due after them."""
         rows = self._run("claim_due_jobs", {
             "claimant": claimant, "limit": limit, "lease_seconds": lease_seconds,
             "queues": list(queues) if queues else None,
         })
-        return [ClaimedJob(*row) for row in rows]
+        return [ClaimedJob(*row[:7]) for row in rows], bool(rows) and rows[0][7]
 
     def seconds_until_next_due(self, queues: Sequence[str] | None) -> float | None:
         """None when no pending job exists; negative when one is due already."""
@@ -233,8 +240,13 @@ class JobStore:
 
     def record_outcomes(self, claimant: str, outcomes: Sequence[Outcome]) -> dict[int, str]:
         """{job id: new state} for the rows still ours; the others are left alone."""
+        return {job_id: state for job_id, state, _ in self.record_outcomes_of(claimant, outcomes)}
+
+    def record_outcomes_of(self, claimant: str,
+                           outcomes: Sequence[Outcome]) -> list[tuple[int, str, str]]:
+        """(job id, new state, kind) of the rows still ours that were written."""
         if not outcomes:
-            return {}
+            return []
         if all(o.error is None for o in outcomes):
             rows = self._run("record_successes", {
                 "claimant": claimant, "ids": [o.job_id for o in outcomes]})
@@ -245,7 +257,7 @@ class JobStore:
                 "errors": [o.error for o in outcomes],
                 "retry_in_seconds": [o.retry_in_seconds for o in outcomes],
                 "permanent": [o.permanent for o in outcomes]})
-        return dict(rows)
+        return [tuple(row) for row in rows]
 
     def save_checkpoint(self, job_id: int, claimant: str, data: Any) -> bool:
         return bool(self._run("save_checkpoint", {
@@ -257,6 +269,10 @@ class JobStore:
         all of the claimants' jobs, or only ``ids``."""
         return [row[0] for row in self._run("release_claims_of", {
             "claimants": list(claimants), "ids": list(ids) if ids is not None else None})]
+
+    def release_claims_not_held(self, claimant: str, held: Sequence[int]) -> list[int]:
+        return [row[0] for row in self._run("release_claims_not_held", {
+            "claimant": claimant, "held": list(held)})]
 
     def fail_claims_of_dead(self, claimants: Sequence[str], ids: Sequence[int],
                             error: str) -> list[tuple[int, str]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 from typing import Any, Callable, Protocol
 
 Handler = Callable[["Job"], Any]
@@ -32,6 +33,8 @@ class Registration:
     handler: Handler
     #: Seconds a run may take before it is stopped and counted as a failed attempt.
     timeout: float | None
+    #: An ``async def`` handler: it runs on the worker's event loop, not a thread.
+    is_async: bool = False
 
 
 _registry: dict[str, Registration] = {}
@@ -42,6 +45,9 @@ def job(kind: str, *, timeout: float | None = None) -> Callable[[Handler], Handl
 
     >>> @job("send_email", timeout=60)
     ... def send_email(j): ...
+
+    An ``async def`` handler runs on the worker's event loop; a plain one on
+    one of the worker's handler threads.
     """
     if not kind or not isinstance(kind, str):
         raise ValueError("a job kind is a non-empty string")
@@ -53,7 +59,8 @@ def job(kind: str, *, timeout: float | None = None) -> Callable[[Handler], Handl
         if existing is not None and _qualname(existing.handler) != _qualname(handler):
             raise ValueError(
                 f"job kind {kind!r} is already handled by {_qualname(existing.handler)}")
-        _registry[kind] = Registration(kind, handler, timeout)
+        _registry[kind] = Registration(kind, handler, timeout,
+                                       inspect.iscoroutinefunction(handler))
         return handler
 
     return register

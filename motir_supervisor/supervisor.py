@@ -24,12 +24,14 @@ from typing import Callable
 import psycopg2
 import setproctitle
 
-from . import db, metrics
+from . import db, ledger, metrics
 from .config import Config
+from .ledger import Ledger
 from .logs import flush_logs
 from .reaper import Reaper
-from .worker import (EXIT_BOOT_FAILURE, EXIT_OK, EXIT_TIMEOUT, HANDLED_SIGNALS, RunningSlot,
-                     Worker, set_parent_death_signal)
+from .wakeups import Kicks, ListenerToken
+from .worker import (EXIT_BOOT_FAILURE, EXIT_TIMEOUT, HANDLED_SIGNALS, Worker,
+                     set_parent_death_signal)
 
 log = logging.getLogger(__name__)
 
@@ -60,20 +62,24 @@ class Child:
     started_at: float
     #: Read end of the pipe the worker writes one byte to once it has booted.
     ready_fd: int
-    #: Which job's handler the worker is running (shared memory).
-    slot: RunningSlot
-    #: Asked to stop by us (shutdown, or fewer workers wanted): its
-    #: unfinished jobs are given back without spending an attempt.
+    #: What the worker holds, job by job (shared memory).
+    ledger: Ledger
+    #: Asked to stop by us (shutdown, or fewer workers wanted).
     retiring: bool = False
+
+    @property
+    def leaving(self) -> bool:
+        """Stopping, by our wish or its own (a timeout): it needs a successor."""
+        return self.retiring or self.ledger.retiring
 
 
 @dataclasses.dataclass(frozen=True)
 class PendingRelease:
     claimant: str
-    #: None: give the jobs back as a drain would; else the dead worker's error.
-    death: str | None
-    #: The job whose handler was running when the worker went, if any.
-    running_job: int | None
+    #: The error a job whose handler was running when the worker went gets.
+    death: str
+    #: The worker's ledger as it left it (empty for the second, late release).
+    entries: tuple[ledger.Entry, ...]
     #: Not before this monotonic time.
     due: float
 
@@ -115,6 +121,9 @@ class Supervisor:
         self.crash_streak = 0
         self.respawn_at = 0.0
         self.reaper = Reaper(self.store, config.reaper_every, config.retention_hours)
+        #: Shared by every worker: one of them listens, the others are kicked.
+        self.token = ListenerToken()
+        self.kicks = Kicks()
 
     # -- the loop -------------------------------------------------------------
 
@@ -200,6 +209,17 @@ class Supervisor:
 
     def _record_signal(self, signum: int, frame: object) -> None:
         self._signals.append(signum)
+        if signum in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+            # A flag in shared memory is the fastest word a worker can get: no
+            # handler starts after this, though the forwarded signal is yet to land.
+            self.ask_workers_to_stop()
+
+    def ask_workers_to_stop(self) -> None:
+        for child in list(self.children.values()):
+            try:
+                child.ledger.ask_to_stop()
+            except ValueError:  # reaped meanwhile: its ledger is closed
+                pass
 
     def handle_signals(self) -> None:
         while self._signals:
@@ -253,9 +273,9 @@ class Supervisor:
 
     def manage_workers(self) -> None:
         now = time.monotonic()
-        while len(self.children) < self.target_workers and now >= self.respawn_at:
+        while self._staying() < self.target_workers and now >= self.respawn_at:
             self.spawn_worker(self._free_index())
-        active = sorted((c for c in self.children.values() if not c.retiring),
+        active = sorted((c for c in self.children.values() if not c.leaving),
                         key=lambda c: c.index)
         for child in active[self.target_workers:]:
             log.info("retiring worker %d (pid %d)", child.index, child.pid)
@@ -280,6 +300,9 @@ class Supervisor:
         metrics.serve_forever(self.config.metrics_port)
         return 0
 
+    def _staying(self) -> int:
+        return sum(1 for child in self.children.values() if not child.leaving)
+
     def _free_index(self) -> int:
         used = {c.index for c in self.children.values()}
         return next(i for i in range(1, len(used) + 2) if i not in used)
@@ -290,15 +313,16 @@ class Supervisor:
     def spawn_worker(self, index: int) -> None:
         parent_pid = os.getpid()
         ready_r, ready_w = os.pipe()
-        slot = RunningSlot()
+        entries = Ledger(self.config.ledger_entries)
         try:
             pid = self._fork(lambda: Worker(
                 self.config, index, self.claimant_of(index, os.getpid()), parent_pid,
-                ready_fd=ready_w, running_slot=slot).run(), keep_fd=ready_w)
+                ready_fd=ready_w, ledger=entries, token=self.token, kicks=self.kicks).run(),
+                keep_fd=ready_w)
         except OSError as exc:
             os.close(ready_r)
             os.close(ready_w)
-            slot.close()
+            entries.close()
             log.error("could not fork worker %d: %s; trying again in %gs", index, exc,
                       FORK_RETRY_SECONDS)
             self.respawn_at = time.monotonic() + FORK_RETRY_SECONDS
@@ -306,7 +330,7 @@ class Supervisor:
         os.close(ready_w)
         os.set_blocking(ready_r, False)
         self.children[pid] = Child(index, pid, self.claimant_of(index, pid), time.monotonic(),
-                                   ready_r, slot)
+                                   ready_r, entries)
         log.info("worker %d started (pid %d)", index, pid)
 
     def _fork(self, body: Callable[[], int], keep_fd: int = -1) -> int:
@@ -367,29 +391,31 @@ class Supervisor:
         code, words = describe_exit(status)
         lived = time.monotonic() - child.started_at
         booted = _read_ready(child.ready_fd)
-        running = child.slot.read()
-        child.slot.close()
+        entries = tuple(child.ledger.entries())
+        timed_out = child.ledger.retiring and code == EXIT_TIMEOUT
+        child.ledger.close()
+        # A worker that dies wakes nobody: if it was the listener, another
+        # worker must take over now, not at its next poll.
+        self.kicks.kick()
+        death = f"worker {child.claimant} {words} while running it"
         if code == EXIT_BOOT_FAILURE and not booted:
             self.boot_failed = True
             if not self.stopping:
                 self.begin_drain("configuration error")
             return
-        if child.retiring and code == EXIT_OK:
-            log.info("worker %d (pid %d) %s", child.index, child.pid, words)
-            self.queue_release(child.claimant, None, running)
-            return
-        if code == EXIT_TIMEOUT:
-            log.warning("worker %d (pid %d) left a timed-out job behind; replacing it",
+        self.queue_release(child.claimant, death, entries)
+        if timed_out:
+            log.warning("worker %d (pid %d) left a timed-out job behind; replaced it",
                         child.index, child.pid)
             metrics.record_restart("timeout")
-            self.queue_release(child.claimant, "TimeoutError: the job ran past the timeout of"
-                               f" its kind; worker {child.claimant} was replaced", running)
             return
-        log.error("worker %d (pid %d) %s after %.1fs; releasing its claims", child.index,
+        if not any(entry.state == ledger.RUNNING for entry in entries) and (
+                child.retiring and code == 0):
+            log.info("worker %d (pid %d) %s", child.index, child.pid, words)
+            return
+        log.error("worker %d (pid %d) %s after %.1fs; settling its claims", child.index,
                   child.pid, words, lived)
         metrics.record_restart("died")
-        self.queue_release(child.claimant, f"worker {child.claimant} {words} while running it",
-                           running)
         self.crash_streak = self.crash_streak + 1 if lived < CRASH_WINDOW_SECONDS else 1
         delay = 0.0 if self.crash_streak <= 1 else min(
             MAX_RESPAWN_DELAY, 0.5 * 2 ** (self.crash_streak - 2))
@@ -398,12 +424,14 @@ class Supervisor:
                         self.crash_streak, delay)
         self.respawn_at = time.monotonic() + delay
 
-    def queue_release(self, claimant: str, death: str | None, running_job: int | None) -> None:
-        """Release now, and once more a little later: a claim statement the
-        worker sent just before it died may commit after the first release."""
+    def queue_release(self, claimant: str, death: str,
+                      entries: tuple[ledger.Entry, ...]) -> None:
+        """Settle now, and release once more a little later: a claim statement
+        the worker sent just before it died may commit after the first release."""
         now = time.monotonic()
-        for due in (now, now + RELEASE_RECHECK_SECONDS):
-            self.pending_releases.append(PendingRelease(claimant, death, running_job, due))
+        self.pending_releases.append(PendingRelease(claimant, death, entries, now))
+        self.pending_releases.append(
+            PendingRelease(claimant, death, (), now + RELEASE_RECHECK_SECONDS))
 
     # -- database chores ------------------------------------------------------
 
@@ -432,15 +460,35 @@ class Supervisor:
                       len({r.claimant for r in self.pending_releases}))
 
     def _release(self, item: PendingRelease) -> None:
-        """The running job of a dead worker spends its attempt; everything
-        else it held (a drain's leftovers, a batch's unstarted jobs) goes
-        back as it was."""
-        if item.death is not None and item.running_job is not None:
-            rows = self.store.fail_claims_of_dead([item.claimant], [item.running_job],
-                                                  item.death)
-            for job_id, state in rows:
+        """Settle what an exited worker held, as its ledger tells: outcomes it
+        decided but had not written are written (finished work never runs
+        again), jobs whose handlers were running spend their attempt (one of
+        them may be what killed it), a timed-out job fails its attempt, and
+        everything else (not started, or left at the drain's deadline) goes
+        back as it was. Every write is fenced on the dead worker's claim."""
+        decided = {e.job_id: e for e in item.entries
+                   if e.state in (ledger.SUCCEEDED, ledger.FAILED)}
+        if decided:
+            written = self.store.record_outcomes_of(item.claimant, [
+                db.Outcome(e.job_id, e.error, e.retry_in_seconds, e.permanent)
+                for e in decided.values()])
+            for job_id, state, kind in written:
+                log.info("job %d %s %s in %.3fs: outcome written for exited worker %s", job_id,
+                         kind, "retried" if state == "pending" else state,
+                         decided[job_id].seconds, item.claimant)
+            # Counted apart from the workers' runs: a label child made here
+            # would be inherited by every worker forked later (see metrics).
+            metrics.record_release("outcome_written", len(written))
+        for state, error in ((ledger.RUNNING, item.death),
+                             (ledger.TIMED_OUT, "TimeoutError: the job ran past the timeout"
+                              f" of its kind; worker {item.claimant} was replaced")):
+            ids = [e.job_id for e in item.entries if e.state == state]
+            if not ids:
+                continue
+            rows = self.store.fail_claims_of_dead([item.claimant], ids, error)
+            for job_id, new_state in rows:
                 log.warning("job %d, running in exited worker %s, is now %s", job_id,
-                            item.claimant, state)
+                            item.claimant, new_state)
             metrics.record_release("dead_worker", len(rows))
         ids = self.store.release_claims_of([item.claimant])
         if ids:

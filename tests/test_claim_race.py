@@ -45,7 +45,7 @@ def _claim_until_empty(url, claimant, naive, barrier, results):
                 continue  # the naive claim also locks rows in no fixed order
 
         else:
-            ids = [j.id for j in store.claim_due_jobs(claimant, BATCH, 30, None)]
+            ids = [j.id for j in store.claim_due_jobs(claimant, BATCH, 30, None)[0]]
         if not ids:
             break
         claimed.extend(ids)

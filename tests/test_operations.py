@@ -84,8 +84,8 @@ def test_web_health_fails_while_the_schema_is_behind(web, sql):
 
 def test_the_fleet_exports_metrics_summed_over_its_workers(executions, start_supervisor):
     port = port_for.select_random()
-    supervisor = start_supervisor("--workers", "2", "--metrics-port", str(port),
-                                  "--retry-base-seconds", "60")
+    supervisor = start_supervisor("--workers", "2", "--concurrency", "1",
+                                  "--metrics-port", str(port), "--retry-base-seconds", "60")
     executions.rows("INSERT INTO job_queue (kind) SELECT 'record' FROM generate_series(1, 30)")
     executions.rows("INSERT INTO job_queue (kind) VALUES ('fail')")
     executions.rows("INSERT INTO job_queue (kind, max_attempts) VALUES ('crash', 1)")
@@ -98,7 +98,13 @@ def test_the_fleet_exports_metrics_summed_over_its_workers(executions, start_sup
         done = metric(text, "motir_jobs_finished_total", kind="record", outcome="succeeded")
         return text if done == 30 else None
     text = wait_until(scraped, 10, message="metrics of 30 succeeded jobs")
-    assert metric(text, "motir_jobs_finished_total", kind="fail", outcome="retried") == 1
+    # The failure's outcome is written by its worker, or by the supervisor when
+    # the crashing job killed that worker first; never twice. (A kill between
+    # the worker's write and its count leaves it uncounted.)
+    assert ((metric(text, "motir_jobs_finished_total", kind="fail", outcome="retried") or 0)
+            + (metric(text, "motir_claims_released_total", reason="outcome_written") or 0)) <= 1
+    assert executions.rows("SELECT state, attempts FROM job_queue WHERE kind = 'fail'") == [
+        ("pending", 1)]
     assert metric(text, "motir_job_duration_seconds_count", kind="record") == 30
     assert metric(text, "motir_worker_restarts_total", reason="died") == 1
     assert metric(text, "motir_claims_released_total", reason="dead_worker") == 1

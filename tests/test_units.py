@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from motir_supervisor import cli, db, logs, registry, worker
+from motir_supervisor import cli, db, holdings, logs, outcomes, registry
 from motir_supervisor.config import Config, ConfigError
 
 
@@ -32,19 +32,19 @@ def test_retry_delay_grows_exponentially_with_jitter_and_a_cap():
     for attempt in range(1, 8):
         full = min(3600, 5 * 2 ** (attempt - 1))
         for _ in range(50):
-            assert full / 2 <= worker.retry_delay(attempt, 5, 3600) <= full
-    assert worker.retry_delay(40, 5, 3600) <= 3600
-    assert worker.retry_delay(5000, 5, 3600) <= 3600  # no overflow on huge attempt counts
-    assert len({worker.retry_delay(3, 5, 3600) for _ in range(20)}) > 1
+            assert full / 2 <= outcomes.retry_delay(attempt, 5, 3600) <= full
+    assert outcomes.retry_delay(40, 5, 3600) <= 3600
+    assert outcomes.retry_delay(5000, 5, 3600) <= 3600  # no overflow on huge attempt counts
+    assert len({outcomes.retry_delay(3, 5, 3600) for _ in range(20)}) > 1
 
 
 def test_failure_text_names_the_exception_and_is_bounded():
     try:
         raise KeyError("x" * 10_000)
     except KeyError as exc:
-        text = worker.describe_failure(exc)
+        text = outcomes.describe_failure(exc)
     assert text.startswith("KeyError: ")
-    assert len(text) <= worker.MAX_ERROR_CHARS
+    assert len(text) <= outcomes.MAX_ERROR_CHARS
     assert "raise KeyError" in text  # the tail of the traceback survives
 
 
@@ -130,11 +130,15 @@ def test_a_record_of_many_lines_is_written_as_one_full_line_each(formatter):
 
 
 def test_batches_grow_with_the_room_left_and_shrink_after_a_slow_one():
-    assert worker.next_batch_size(1, 1, 0.0, 512) == 8  # no time at all: the most growth
-    assert worker.next_batch_size(64, 64, 0.001, 512) == 512  # capped by --batch-size
-    assert worker.next_batch_size(10, 10, 0.05, 512) == 20  # half the target: doubles
-    assert worker.next_batch_size(10, 10, 0.099, 512) == 11  # just under: still grows
-    assert worker.next_batch_size(10, 10, 0.2, 512) == 10  # between fast and slow: stays
-    assert worker.next_batch_size(10, 4, 0.001, 512) == 4  # the queue ran short: what it had
-    assert worker.next_batch_size(512, 0, 0.0, 512) == 1
-    assert worker.next_batch_size(512, 512, 0.6, 512) == 1  # slow: one at a time again
+    nbs = holdings.next_batch_size
+    assert nbs(1, 1, 1, 0.0, 512) == 8  # no time at all: the most growth
+    assert nbs(64, 64, 64, 0.001, 512) == 512  # capped by --batch-size
+    assert nbs(10, 10, 10, 0.05, 512) == 20  # half the target: doubles
+    assert nbs(10, 10, 10, 0.099, 512) == 11  # just under: still grows
+    assert nbs(10, 10, 10, 0.2, 512) == 10  # between fast and slow: stays
+    assert nbs(10, 10, 4, 0.001, 512) == 1  # the queue ran dry: start small again
+    assert nbs(512, 512, 0, 0.0, 512) == 1
+    assert nbs(512, 512, 512, 0.6, 512) == 1  # slow: one at a time again
+    # Free slots asked for 32 jobs of 0.15 s: they do not make the batch grow.
+    assert nbs(1, 32, 32, 0.15, 512) == 1
+    assert nbs(4, 32, 20, 0.01, 512) == 1  # short of the slots: dry too

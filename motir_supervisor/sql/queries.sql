@@ -14,7 +14,9 @@ LISTEN motir_job_queue;
 -- uncorrelated, so it runs once, and ARRAY() hands its ids to the update as
 -- one value: the update then finds each row through the primary key, where a
 -- join could hash the whole table for every batch. That walk returns them in
--- id order; the jobs run in the order they fell due.
+-- id order; the jobs run in the order they fell due. more_due says whether
+-- a due row follows the last one claimed, so that a worker whose claim took
+-- all it asked for can wake another one (a single probe of job_queue_due).
 WITH claimed AS (
     UPDATE job_queue AS j
     SET state = 'running',
@@ -37,7 +39,16 @@ WITH claimed AS (
     RETURNING j.id, j.queue, j.kind, j.payload, j.attempts, j.max_attempts, j.checkpoint,
               j.run_at
 )
-SELECT id, queue, kind, payload, attempts, max_attempts, checkpoint
+SELECT id, queue, kind, payload, attempts, max_attempts, checkpoint,
+       (SELECT n.id
+        FROM job_queue AS n
+        WHERE n.state = 'pending'
+          AND n.run_at <= now()
+          AND (%(queues)s::text[] IS NULL OR n.queue = ANY(%(queues)s::text[]))
+          AND (n.run_at, n.id) > (SELECT run_at, id FROM claimed
+                                  ORDER BY run_at DESC, id DESC LIMIT 1)
+        ORDER BY n.run_at, n.id
+        LIMIT 1) IS NOT NULL AS more_due
 FROM claimed
 ORDER BY run_at, id;
 
@@ -74,7 +85,7 @@ SET state = 'succeeded',
 WHERE id = ANY(%(ids)s::bigint[])
   AND locked_by = %(claimant)s
   AND state = 'running'
-RETURNING id, state;
+RETURNING id, state, kind;
 
 -- record_outcomes --
 -- The outcomes of a batch of runs in one statement, each fenced on the claim:
@@ -106,7 +117,7 @@ FROM decided AS d
 WHERE j.id = d.id
   AND j.locked_by = %(claimant)s
   AND j.state = 'running'
-RETURNING j.id, j.state;
+RETURNING j.id, j.state, j.kind;
 
 -- save_checkpoint --
 UPDATE job_queue
@@ -128,6 +139,20 @@ SET state = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
 WHERE locked_by = ANY(%(claimants)s::text[])
   AND state = 'running'
   AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+RETURNING id;
+
+-- release_claims_not_held --
+-- After a lost connection: a claim whose reply was lost with it may have
+-- committed. Whatever the claimant holds beyond the jobs it knows of is
+-- such a claim, and goes back at once rather than at lease expiry.
+UPDATE job_queue
+SET state = 'pending',
+    attempts = greatest(attempts - 1, 0),
+    locked_by = NULL,
+    lease_expires_at = NULL
+WHERE locked_by = %(claimant)s
+  AND state = 'running'
+  AND NOT (id = ANY(%(held)s::bigint[]))
 RETURNING id;
 
 -- fail_claims_of_dead --

@@ -2,8 +2,10 @@
 table test_executions (created by the tests) through a connection this
 worker process opens for itself after the fork."""
 
+import asyncio
 import os
 import signal
+import threading
 import time
 
 import psycopg2
@@ -11,15 +13,17 @@ import psycopg2.extras
 
 from motir_supervisor import Interrupted, PermanentFailure, job
 
-_conn = None
+# One connection per handler thread: with --concurrency above 1 several
+# handlers of this process run at once.
+_local = threading.local()
 
 
 def _sql(statement, params=()):
-    global _conn
-    if _conn is None or _conn.closed:
-        _conn = psycopg2.connect(os.environ["DATABASE_URL"])
-        _conn.autocommit = True
-    with _conn.cursor() as cur:
+    conn = getattr(_local, "conn", None)
+    if conn is None or conn.closed:
+        conn = _local.conn = psycopg2.connect(os.environ["DATABASE_URL"])
+        conn.autocommit = True
+    with conn.cursor() as cur:
         cur.execute(statement, params)
         return cur.fetchone() if cur.description else None
 
@@ -102,3 +106,17 @@ def fail_unstorably(j):
     """Fails with a message PostgreSQL text cannot hold as it is."""
     _record_start(j)
     raise ValueError("bad byte \x00 and a lone surrogate \udcff in a file name")
+
+
+@job("async_record")
+async def async_record(j):
+    """record, as an async handler on the worker's event loop."""
+    execution = _record_start(j)
+    await asyncio.sleep(j.payload.get("sleep", 0))
+    _record_end(execution)
+
+
+@job("async_hang", timeout=0.5)
+async def async_hang(j):
+    _record_start(j)
+    await asyncio.sleep(60)

@@ -1,0 +1,317 @@
+"""Runs a worker's claimed jobs, up to ``--concurrency`` at once.
+
+Plain ``def`` handlers run on a pool of threads, started as they are needed
+and kept for the worker's life; ``async def`` handlers run as tasks on one
+event loop in a thread of its own, so a thousand waiting jobs cost a
+thousand tasks, not a thousand threads. Both kinds share the same slots.
+
+A thread that finishes a run takes the next ready one itself, so jobs that
+take no time flow through one thread without a hand-over each. Every run's
+state goes to the worker's ledger (shared with the supervisor) before its
+handler starts and as soon as its outcome is decided. The main thread of the
+worker feeds runs in with :meth:`Executor.submit` and collects ended ones
+with :meth:`Executor.take_finished`; this module runs no SQL, handles no
+signal and never forks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import logging
+import os
+import threading
+import time
+from typing import Any, Callable
+
+import setproctitle
+
+from . import db, ledger, outcomes, registry
+
+log = logging.getLogger("motir_supervisor.worker")
+
+
+class StopFlag:
+    """What ``j.stopping`` reads: a plain flag, cheaper than an Event per job
+    (nothing ever waits on it, and a bool is set atomically)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = False
+
+    def set(self) -> None:
+        self.value = True
+
+    def is_set(self) -> bool:
+        return self.value
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class Claim:
+    """The jobs one claim statement returned: the unit the batch size adapts on."""
+
+    sent_at: float
+    #: The batch size it was sent with, and how many rows it asked for (more
+    #: than the batch size when free slots asked for more).
+    size: int
+    limit: int
+    runs: list["Run"] = dataclasses.field(default_factory=list)
+    #: Runs neither ended nor withdrawn yet.
+    open: int = 0
+    #: Looked at once it was SLOW_BATCH_SECONDS old (see holdings).
+    checked: bool = False
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class Run:
+    """One claimed job, from its claim until its outcome is in the database."""
+
+    claimed: db.ClaimedJob
+    claim: Claim
+    #: Its entry in the ledger.
+    entry: int
+    registration: registry.Registration | None
+    stopping: StopFlag = dataclasses.field(default_factory=StopFlag)
+    started: float | None = None
+    #: Taken back before it started (a stop, a cancel, a slow claim).
+    withdrawn: bool = False
+    ended: bool = False
+    duration: float = 0.0
+    decision: outcomes.Decision | None = None
+    #: A sync handler ran past its kind's timeout and is left behind.
+    timed_out: bool = False
+    #: Its outcome (or release) is in the database: the claim is no longer held.
+    written: bool = False
+
+    @property
+    def is_async(self) -> bool:
+        return self.registration is not None and self.registration.is_async
+
+    @property
+    def timeout_at(self) -> float:
+        if self.started is None or self.registration is None or self.ended:
+            return float("inf")
+        timeout = self.registration.timeout
+        return float("inf") if timeout is None else self.started + timeout
+
+
+class _Thread:
+    """A handler thread's mailbox: the run it was handed while it waited."""
+
+    __slots__ = ("run", "event")
+
+    def __init__(self, run: Run | None):
+        self.run = run
+        self.event = threading.Event()
+
+
+class Executor:
+    def __init__(self, capacity: int, entries: ledger.Ledger, *, retry_base: float,
+                 retry_cap: float, wake: Callable[[], None],
+                 save_checkpoint: Callable[[int, Any], bool], title: Callable[[str], None]):
+        self.capacity = capacity
+        self.ledger = entries
+        self.retry_base = retry_base
+        self.retry_cap = retry_cap
+        self._wake = wake
+        self._save_checkpoint = save_checkpoint
+        self._title = title
+        self._lock = threading.Lock()
+        self._ready: collections.deque[Run] = collections.deque()
+        self._running: set[Run] = set()
+        self._finished: list[Run] = []
+        self._idle: list[_Thread] = []
+        self._stopped = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- the main thread's side ------------------------------------------------
+
+    def submit(self, runs: list[Run]) -> None:
+        with self._lock:
+            self._ready.extend(runs)
+            self._start_more(None)
+
+    def free_slots(self) -> int:
+        """Slots no run holds and no ready run is about to take."""
+        return self.capacity - len(self._running) - len(self._ready)
+
+    def running(self) -> list[Run]:
+        with self._lock:
+            return list(self._running)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._running)
+
+    def take_finished(self) -> list[Run]:
+        with self._lock:
+            finished, self._finished = self._finished, []
+        return finished
+
+    def withdraw(self, wanted: Callable[[Run], bool]) -> list[Run]:
+        """Take the ready runs ``wanted`` selects back; they never start here."""
+        with self._lock:
+            taken = [run for run in self._ready if wanted(run)]
+            if taken:
+                for run in taken:
+                    run.withdrawn = True
+                self._ready = collections.deque(r for r in self._ready if not r.withdrawn)
+        return taken
+
+    def time_out(self, run: Run) -> bool:
+        """Mark a sync run that ran past its timeout; False if it ended meanwhile."""
+        with self._lock:
+            if run not in self._running:
+                return False
+            run.timed_out = True
+            self.ledger.mark(run.entry, ledger.TIMED_OUT)
+            return True
+
+    def abandon(self) -> list[Run]:
+        """The worker exits with these runs still running (a drain's deadline):
+        the supervisor gives them back once the process is gone."""
+        with self._lock:
+            left = list(self._running)
+            for run in left:
+                if not run.timed_out:
+                    self.ledger.mark(run.entry, ledger.ABANDONED)
+            return left
+
+    def stop_starting(self) -> list[Run]:
+        """Nothing starts any more; returns what was ready."""
+        with self._lock:
+            self._stopped = True
+        return self.withdraw(lambda run: True)
+
+    # -- starting and ending runs (any thread, under the lock) -------------------
+
+    def _start_more(self, me: _Thread | None) -> Run | None:
+        """Start ready runs while slots are free; return the one for ``me`` to run."""
+        mine = None
+        while (self._ready and len(self._running) < self.capacity and not self._stopped
+               and not self.ledger.stop_asked):
+            run = self._ready.popleft()
+            run.started = time.monotonic()
+            self._running.add(run)
+            self.ledger.mark(run.entry, ledger.RUNNING)
+            if run.is_async:
+                self._event_loop().call_soon_threadsafe(self._start_task, run)
+            elif me is not None and mine is None:
+                mine = run
+            elif self._idle:
+                thread = self._idle.pop()
+                thread.run = run
+                thread.event.set()
+            else:
+                threading.Thread(target=self._serve, args=(_Thread(run),),
+                                 name="handler", daemon=True).start()
+        return mine
+
+    def _finish(self, run: Run, error: BaseException | None, me: _Thread | None) -> Run | None:
+        run.duration = time.monotonic() - run.started
+        if run.timed_out:
+            error = TimeoutError(f"ran past the timeout of its kind"
+                                 f" ({run.registration.timeout:g}s)")
+        decision = outcomes.decide(error, run.claimed.attempt, run.stopping.value,
+                                   self.retry_base, self.retry_cap)
+        with self._lock:
+            # Under the lock, so that abandon() never marks a run that has ended.
+            self.ledger.decide(run.entry, decision.state, run.duration, decision.error,
+                               decision.retry_in_seconds, decision.permanent)
+            run.decision = decision
+            run.ended = True
+            self._running.discard(run)
+            first = not self._finished
+            self._finished.append(run)
+            mine = self._start_more(me)
+            if mine is None and me is not None:
+                me.run = None
+                me.event.clear()
+                self._idle.append(me)
+        if first:
+            self._wake()
+        return mine
+
+    def _job_handle(self, run: Run) -> registry.Job:
+        job = run.claimed
+        return registry.Job(
+            id=job.id, kind=job.kind, queue=job.queue, payload=job.payload,
+            attempt=job.attempt, max_attempts=job.max_attempts,
+            checkpoint_data=job.checkpoint_data, stopping=run.stopping,
+            save_checkpoint=lambda data: self._save_checkpoint(job.id, data))
+
+    def _announce(self, run: Run) -> None:
+        count = len(self._running)
+        self._title(f"running job {run.claimed.id} {run.claimed.kind}" if count <= 1
+                    else f"running {count} jobs")
+
+    # -- handler threads ------------------------------------------------------------
+
+    def _serve(self, thread: _Thread) -> None:
+        try:
+            run = thread.run
+            while True:
+                while run is None:
+                    thread.event.wait()
+                    run = thread.run
+                run = self._finish(run, self._call(run), thread)
+        except BaseException:  # noqa: BLE001 - a bug of ours, not a handler's failure
+            # Without this thread its run would never end: end the process,
+            # and the supervisor gives back what it held and starts a new one.
+            log.exception("a handler thread broke")
+            os._exit(70)
+
+    def _call(self, run: Run) -> BaseException | None:
+        try:
+            if run.registration is None:
+                known = ", ".join(registry.registered_kinds()) or "none"
+                raise LookupError(f"no handler registered for job kind {run.claimed.kind!r}"
+                                  f" (registered: {known})")
+            self._announce(run)
+            run.registration.handler(self._job_handle(run))
+        except BaseException as exc:  # noqa: BLE001 - every failure is the job's outcome
+            return exc
+        return None
+
+    # -- the event loop ---------------------------------------------------------------
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop of async handlers, started on first use."""
+        if self._loop is None:
+            started = threading.Event()
+
+            def serve() -> None:
+                self._loop = asyncio.new_event_loop()
+                started.set()
+                self._loop.run_forever()
+
+            threading.Thread(target=serve, name="async-handlers", daemon=True).start()
+            started.wait()
+        return self._loop
+
+    def _start_task(self, run: Run) -> None:
+        self._loop.create_task(self._run_async(run))
+
+    async def _run_async(self, run: Run) -> None:
+        error = None
+        timeout = run.registration.timeout
+        try:
+            self._announce(run)
+            async with asyncio.timeout(timeout) as limit:
+                await run.registration.handler(self._job_handle(run))
+        except TimeoutError as exc:
+            error = exc
+            if limit.expired():
+                error = TimeoutError(f"ran past the timeout of its kind ({timeout:g}s);"
+                                     " its task was cancelled")
+        except BaseException as exc:  # noqa: BLE001 - every failure is the job's outcome
+            error = exc
+        self._finish(run, error, None)
+
+
+def title_setter(index: int) -> Callable[[str], None]:
+    def title(doing: str) -> None:
+        setproctitle.setproctitle(f"motir-supervisor: worker {index} {doing}")
+    return title

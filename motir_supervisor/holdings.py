@@ -1,0 +1,357 @@
+"""What one worker holds: its claims, their leases and their outcomes.
+
+The worker's main thread calls these verbs; each database round trip goes
+through :mod:`db`, and each job's state is mirrored in the worker's ledger
+so that the supervisor can settle it if the worker dies. This module runs no
+handler, forks nothing and handles no signal.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from typing import Callable
+
+import psycopg2
+
+from . import db, ledger, metrics, outcomes, registry
+from .config import Config
+from .executor import Claim, Executor, Run
+
+log = logging.getLogger("motir_supervisor.worker")
+
+#: A worker claims what it can start now (its free slots) or, when jobs
+#: take no time, what it can run in about FAST_BATCH_SECONDS: a full claim
+#: whose jobs all ended sooner grows the next one in proportion, by at most
+#: BATCH_GROWTH_MAX times (1, 8, 64, 512 for jobs that take no time). A
+#: claim that came back short or empty (the queue ran dry) sets the next one
+#: to a single job. Jobs of a claim still not started after
+#: SLOW_BATCH_SECONDS go back to the other workers and the next claim is a
+#: single job again, so that jobs never queue for long inside one worker
+#: while others could run them.
+FAST_BATCH_SECONDS = 0.1
+SLOW_BATCH_SECONDS = 0.5
+BATCH_GROWTH_MAX = 8
+#: The lease alarm goes off this long before the lease would expire.
+LEASE_ALARM_MARGIN_SECONDS = 0.5
+
+
+def next_batch_size(size: int, limit: int, claimed: int, took: float, most: int) -> int:
+    """The next batch size after a claim sent with batch size ``size`` that
+    asked for ``limit`` rows got ``claimed`` of them, all ended in ``took`` s."""
+    if took > SLOW_BATCH_SECONDS:
+        return 1
+    if claimed < limit:
+        # The queue ran dry: the next burst is shared by every worker it
+        # wakes, each starting small.
+        return 1
+    if took >= FAST_BATCH_SECONDS:
+        return size
+    growth = min(BATCH_GROWTH_MAX, FAST_BATCH_SECONDS / max(took, 1e-6))
+    return min(max(int(size * growth), size + 1), most)
+
+
+class Holdings:
+    def __init__(self, config: Config, claimant: str, index: int, store: db.JobStore,
+                 executor: Executor, entries: ledger.Ledger,
+                 stop_check: Callable[[], bool] = lambda: False):
+        self.config = config
+        self.claimant = claimant
+        self.index = index
+        self.store = store
+        self.executor = executor
+        self.ledger = entries
+        self.stop_check = stop_check
+        self.queues = list(config.queues) or None
+        self.batch_size = 1
+        #: Every run whose claim is ours until its outcome or release is written.
+        self.held: dict[int, Run] = {}
+        self._open_claims: list[Claim] = []
+        self._to_write: list[Run] = []
+        self._to_release: list[Run] = []
+        self.lease_confirmed = 0.0
+        self.next_renewal = float("inf")
+        self._lease_warned = False
+        self._alarm_at: float | None = None
+        self._claim_in_doubt = False
+        self.last_claim_was_short = False
+        self._has_timeouts: bool | None = None
+        self._latest_claim_at = 0.0
+
+    # -- claiming ----------------------------------------------------------------
+
+    def claim(self) -> tuple[int, bool]:
+        """Claim what the free slots can start; (jobs claimed, more due after them)."""
+        limit = min(max(self.executor.free_slots(), self.batch_size), self.ledger.free_entries())
+        sent = time.monotonic()
+        self._claim_in_doubt = True
+        jobs, more_due = self.store.claim_due_jobs(self.claimant, limit,
+                                                   self.config.lease_seconds, self.queues)
+        self._claim_in_doubt = False
+        self._latest_claim_at = sent
+        if not jobs:
+            # The queue is empty: whatever comes next is shared by every
+            # worker it wakes, each growing its claims afresh.
+            self.batch_size = 1
+            return 0, False
+        if not self.held:
+            self.lease_confirmed = sent
+            self.next_renewal = sent + self.config.renew_every
+        claim = Claim(sent, self.batch_size, limit, open=len(jobs))
+        claim.runs = [Run(job, claim, self.ledger.claim(job.id),
+                          registry.registration_for(job.kind)) for job in jobs]
+        for run in claim.runs:
+            self.held[run.claimed.id] = run
+            metrics.record_claim(run.claimed.queue)
+        self._open_claims.append(claim)
+        self.last_claim_was_short = len(jobs) < limit
+        if self.stop_check():
+            # Claimed while the stop signal landed: nothing starts after it.
+            self._withdraw_runs(claim.runs)
+        elif time.monotonic() - sent > self.config.renew_every:
+            # The claim waited (a lock on the table, a stall): its lease is
+            # partly spent before anything started. Give it back instead.
+            log.warning("worker %d: the claim took %.1fs; giving its jobs back", self.index,
+                        time.monotonic() - sent)
+            self._withdraw_runs(claim.runs)
+        else:
+            # Armed before any handler starts: see update_lease_alarm.
+            self._set_alarm(self.lease_confirmed)
+            self.executor.submit(claim.runs)
+        return len(jobs), more_due
+
+    def _close(self, run: Run, now: float) -> None:
+        """One run of its claim ended or was withdrawn; adapt the batch size
+        once the whole claim is done."""
+        claim = run.claim
+        claim.open -= 1
+        if claim.open == 0:
+            self._open_claims.remove(claim)
+            if claim.sent_at < self._latest_claim_at:
+                return  # a later claim has decided the size already
+            self.batch_size = next_batch_size(claim.size, claim.limit, len(claim.runs),
+                                              now - claim.sent_at, self.config.batch_size)
+
+    def withdraw_unstarted(self) -> None:
+        """Nothing more starts here; what has not started goes back."""
+        self._withdrawn(self.executor.stop_starting())
+
+    def _withdraw_runs(self, runs: list[Run]) -> None:
+        wanted = set(runs)
+        self._withdrawn(self.executor.withdraw(lambda run: run in wanted))
+        # Never submitted at all: withdrawn here rather than by the executor.
+        for run in runs:
+            if run.started is None and not run.withdrawn:
+                run.withdrawn = True
+                self._withdrawn([run])
+
+    def _withdrawn(self, runs: list[Run]) -> None:
+        now = time.monotonic()
+        for run in runs:
+            self._to_release.append(run)
+            self._close(run, now)
+
+    # -- writing what happened ------------------------------------------------------
+
+    def write_finished(self) -> None:
+        """Write every ended run's outcome not written yet: one statement for
+        the outcomes, one for the runs that stopped at a checkpoint."""
+        finished = self.executor.take_finished()
+        if finished:
+            now = time.monotonic()
+            for run in finished:
+                self._close(run, now)
+            self._to_write.extend(finished)
+        if not self._to_write:
+            return
+        recorded = [run for run in self._to_write if run.decision.state != ledger.RELEASE]
+        if recorded:
+            states = self.store.record_outcomes(self.claimant, [
+                db.Outcome(run.claimed.id, run.decision.error, run.decision.retry_in_seconds,
+                           run.decision.permanent) for run in recorded])
+            self._settle(recorded)
+            self._to_write = [r for r in self._to_write if r.decision.state == ledger.RELEASE]
+            self._log_recorded(recorded, states)
+        if self._to_write:
+            stopped = self._to_write
+            self.store.release_claims_of([self.claimant], [run.claimed.id for run in stopped])
+            self._settle(stopped)
+            self._to_write = []
+            for run in stopped:
+                self._log(run, "released", run.decision.summary)
+
+    def release_withdrawn(self) -> None:
+        """Give back the claims of runs that never started here."""
+        if not self._to_release:
+            return
+        runs = self._to_release
+        ids = [run.claimed.id for run in runs]
+        self.store.release_claims_of([self.claimant], ids)
+        self._settle(runs)
+        self._to_release = []
+        log.info("worker %d released jobs %s before starting them", self.index, ids)
+        metrics.record_release("not_started", len(ids))
+
+    def has_unwritten(self) -> bool:
+        return bool(self._to_write or self._to_release)
+
+    def _settle(self, runs: list[Run]) -> None:
+        for run in runs:
+            run.written = True
+            self.held.pop(run.claimed.id, None)
+            self.ledger.release(run.entry)
+
+    def _log_recorded(self, runs: list[Run], states: dict[int, str]) -> None:
+        succeeded = []
+        for run in runs:
+            state = states.get(run.claimed.id)
+            if state == "succeeded":
+                succeeded.append((self._line(run, "succeeded"), run.claimed.kind, run.duration))
+            else:
+                outcome = {"pending": "retried", None: "lost"}.get(state, state)
+                self._log(run, outcome, run.decision.summary)
+        outcomes.log_successes(succeeded)
+
+    def _line(self, run: Run, outcome: str, detail: str = "") -> str:
+        job = run.claimed
+        return outcomes.outcome_line(job.id, job.kind, job.attempt, job.max_attempts, outcome,
+                                     run.duration, detail)
+
+    def _log(self, run: Run, outcome: str, detail: str = "") -> None:
+        if outcome == "lost":
+            detail = "the claim was no longer this worker's; outcome not recorded"
+        outcomes.log_outcome(self._line(run, outcome, detail), run.claimed.kind, outcome,
+                             run.duration)
+
+    def settle_before_exit(self) -> None:
+        """One last try at writing; what fails is left to the supervisor,
+        which finds it in the ledger once this process is gone."""
+        try:
+            self.write_finished()
+            self.release_withdrawn()
+        except psycopg2.Error as exc:
+            log.warning("worker %d: could not write its last outcomes (%s); its supervisor"
+                        " will", self.index, db.one_line(exc, self.config.database_url))
+
+    def abandon_running(self) -> None:
+        """The drain's deadline passed: what still runs is given back by the
+        supervisor once this process has exited."""
+        left = self.executor.abandon()
+        self.settle_before_exit()
+        log.warning("worker %d: drain deadline passed with jobs %s still running; their"
+                    " claims are released as this worker exits", self.index,
+                    sorted(run.claimed.id for run in left))
+
+    def after_reconnect(self) -> None:
+        if self._claim_in_doubt:
+            released = self.store.release_claims_not_held(self.claimant, list(self.held))
+            self._claim_in_doubt = False
+            if released:
+                log.warning("worker %d: released jobs %s claimed just before the connection"
+                            " was lost", self.index, released)
+
+    # -- leases ---------------------------------------------------------------------
+
+    def renew_leases_if_due(self, now: float) -> None:
+        if not self.held or now < self.next_renewal:
+            return
+        sent = time.monotonic()
+        renewed = self.store.renew_leases(self.claimant, list(self.held),
+                                          self.config.lease_seconds)
+        self.lease_confirmed = sent
+        self.next_renewal = sent + self.config.renew_every
+        self._lease_warned = False
+        for job_id, run in self.held.items():
+            if run.stopping.value:
+                continue
+            if job_id not in renewed:
+                log.warning("worker %d: lost the claim on job %d; asking its handler to stop",
+                            self.index, job_id)
+                run.stopping.set()
+            elif renewed[job_id]:
+                log.info("worker %d: job %d was cancelled; asking its handler to stop",
+                         self.index, job_id)
+                run.stopping.set()
+        # Jobs that have not started and were cancelled, or are no longer
+        # ours, never will here: their release makes the cancelled ones
+        # cancelled and, fenced, leaves the lost ones to their new owner.
+        self._withdrawn(self.executor.withdraw(lambda run: run.stopping.value))
+
+    def update_lease_alarm(self) -> None:
+        """Have the kernel end this process just before the lease expires.
+
+        Renewals may block on an unreachable database, and a blocked thread
+        cannot check the time; SIGALRM at its default action ends the process
+        whatever it is doing. Once its lease has expired, another supervisor
+        may run the job, and every run here must be over by then. The alarm
+        is armed while any handler runs, from the last confirmed lease.
+        """
+        self._set_alarm(self.lease_confirmed if self.executor.busy else None)
+
+    def _set_alarm(self, confirmed_at: float | None) -> None:
+        at = (None if confirmed_at is None
+              else confirmed_at + self.config.lease_seconds - LEASE_ALARM_MARGIN_SECONDS)
+        if at == self._alarm_at:
+            return
+        self._alarm_at = at
+        left = 0.0 if at is None else max(at - time.monotonic(), 0.001)
+        signal.setitimer(signal.ITIMER_REAL, left)
+
+    # -- watching the clock ------------------------------------------------------------
+
+    def watch(self, now: float) -> bool:
+        """Slow claims, lapsing leases, timeouts; True when a sync run has just
+        run past its timeout (the worker must then replace itself)."""
+        for claim in self._open_claims:
+            if not claim.checked and now - claim.sent_at > SLOW_BATCH_SECONDS:
+                claim.checked = True
+                unstarted = [run for run in claim.runs if run.started is None]
+                if unstarted:
+                    # They would wait for a slow run: let other workers have them.
+                    self.batch_size = 1
+                    self._withdraw_runs(unstarted)
+        lease, every = self.config.lease_seconds, self.config.renew_every
+        if self.held and now - self.lease_confirmed > lease - every:
+            # Renewals keep failing: the claims may soon be someone else's,
+            # so nothing more starts, and running handlers are asked to stop.
+            if not self._lease_warned and self.executor.busy:
+                log.error("worker %d: its lease runs out in %.1fs without a renewal;"
+                          " asking its handlers to stop", self.index,
+                          lease - (now - self.lease_confirmed))
+                self._lease_warned = True
+            self._withdrawn(self.executor.withdraw(lambda run: True))
+            for run in self.executor.running():
+                run.stopping.set()
+        return self._time_out_runs(now)
+
+    def _time_out_runs(self, now: float) -> bool:
+        if self._has_timeouts is None:
+            self._has_timeouts = any(registry.registration_for(kind).timeout
+                                     for kind in registry.registered_kinds())
+        if not self._has_timeouts:
+            return False
+        timed_out = False
+        for run in self.executor.running():
+            if run.is_async or run.timed_out or now < run.timeout_at:
+                continue
+            if self.executor.time_out(run):
+                self._log(run, "timed out", f"ran past its timeout of"
+                          f" {run.registration.timeout:g}s")
+                timed_out = True
+        return timed_out
+
+    def anything_running(self) -> bool:
+        """A handler is still running, other than one left behind after its timeout."""
+        return any(not run.timed_out for run in self.executor.running())
+
+    def next_timer(self) -> float:
+        timers = [float("inf")]
+        if self.held:
+            timers += [self.next_renewal,
+                       self.lease_confirmed + self.config.lease_seconds - self.config.renew_every]
+        timers += [claim.sent_at + SLOW_BATCH_SECONDS for claim in self._open_claims
+                   if not claim.checked]
+        if self._has_timeouts:
+            timers += [run.timeout_at for run in self.executor.running() if not run.is_async]
+        return min(timers)

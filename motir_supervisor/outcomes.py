@@ -1,0 +1,108 @@
+"""How a run's end becomes an outcome: the retry delay, the stored error, the log line.
+
+Pure functions and values: no SQL, no threads, no shared memory. The
+executor decides an outcome with them; the worker and the supervisor write
+and log it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import traceback
+from typing import NamedTuple
+
+from . import ledger, metrics, registry
+from .logs import LINES
+
+log = logging.getLogger("motir_supervisor.worker")
+
+#: last_error keeps at most this many characters: enough for a message and
+#: the innermost frames, small enough to keep rows and status output lean.
+MAX_ERROR_CHARS = 4000
+
+
+class Decision(NamedTuple):
+    """What a run's end means for its row."""
+
+    #: A ledger state: SUCCEEDED, FAILED or RELEASE.
+    state: int
+    error: str | None = None
+    retry_in_seconds: float = 0.0
+    permanent: bool = False
+    #: One line for the log: the error's first line, or why it was released.
+    summary: str = ""
+
+
+SUCCESS = Decision(ledger.SUCCEEDED)
+
+
+def retry_delay(attempt: int, base: float, cap: float) -> float:
+    """Seconds before retrying after failed attempt ``attempt`` (1-based).
+
+    Exponential, capped, with jitter over the upper half, so jobs that failed
+    together (an outage) do not all come back in the same instant.
+    """
+    delay = min(cap, base * 2 ** min(max(attempt - 1, 0), 32))
+    return delay / 2 + random.uniform(0, delay / 2)
+
+
+def decide(error: BaseException | None, attempt: int, stopping: bool, retry_base: float,
+           retry_cap: float) -> Decision:
+    if error is None:
+        return SUCCESS
+    if isinstance(error, registry.Interrupted):
+        if stopping:
+            return Decision(ledger.RELEASE, summary="its handler stopped at a checkpoint")
+        error = RuntimeError("the handler raised Interrupted although the worker was not"
+                             " stopping; counted as a failed attempt")
+    return Decision(ledger.FAILED, describe_failure(error),
+                    retry_delay(attempt, retry_base, retry_cap),
+                    isinstance(error, registry.PermanentFailure), first_line(error))
+
+
+def describe_failure(exc: BaseException) -> str:
+    """The exception's type and message first, then the innermost frames.
+
+    Made storable whatever the exception holds: PostgreSQL text takes no NUL
+    and no lone surrogate (a file name that was not UTF-8), and one bad
+    message must not keep a whole batch's outcomes out of the database.
+    """
+    head = storable(f"{type(exc).__name__}: {exc}")[: MAX_ERROR_CHARS // 4]
+    frames = storable("".join(traceback.format_tb(exc.__traceback__)))
+    room = MAX_ERROR_CHARS - len(head) - len("\nTraceback (innermost last):\n")
+    if len(frames) > room:
+        frames = "..." + frames[-(room - 3):]
+    return f"{head}\nTraceback (innermost last):\n{frames}" if frames else head
+
+
+def storable(text: str) -> str:
+    return text.replace("\0", "\\0").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def first_line(error: BaseException | None) -> str:
+    if error is None:
+        return ""
+    return f"{type(error).__name__}: {error}".splitlines()[0]
+
+
+def outcome_line(job_id: int, kind: str, attempt: int, max_attempts: int, outcome: str,
+                 seconds: float, detail: str = "") -> str:
+    return (f"job {job_id} {kind} attempt {attempt}/{max_attempts} {outcome}"
+            f" in {seconds:.3f}s{': ' + detail if detail else ''}")
+
+
+def log_outcome(line: str, kind: str, outcome: str, seconds: float) -> None:
+    """One line per run that did not simply succeed."""
+    metrics.record_run(kind, outcome, seconds)
+    log.warning("%s", line)
+
+
+def log_successes(runs: list[tuple[str, str, float]]) -> None:
+    """(line, kind, seconds) of runs that succeeded, in one log record for all
+    of them (see logs.LINES): a busy worker records hundreds at a time."""
+    for _, kind, seconds in runs:
+        metrics.record_run(kind, "succeeded", seconds)
+    if runs and log.isEnabledFor(logging.INFO):
+        lines = [line for line, _, _ in runs]
+        log.info("%s", "\n".join(lines), extra={LINES: lines})

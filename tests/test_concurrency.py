@@ -1,0 +1,143 @@
+"""Many jobs at once in one worker: threads, the event loop, and what a crash re-runs.
+
+Real supervisors against PostgreSQL; every run is recorded by the handlers
+of tests/apps/sample.py in test_executions.
+"""
+
+import os
+import random
+import signal
+import time
+
+import pytest
+
+from tests.helpers import wait_until
+from tests.test_supervisor_e2e import enqueue, executions_per_job, state_of
+
+pytestmark = pytest.mark.e2e
+
+
+def starts(sql, ids):
+    return sql.rows("SELECT pid, started_at FROM test_executions WHERE job_id = ANY(%s)",
+                    (ids,))
+
+
+@pytest.mark.parametrize("kind", ["record", "async_record"])
+def test_one_worker_runs_its_slots_at_once(executions, start_supervisor, kind):
+    start_supervisor("--workers", "1", "--concurrency", "8")
+    ids = enqueue(executions, kind, '{"sleep": 1}', count=8)
+    wait_until(lambda: all(state_of(executions, j) == "succeeded" for j in ids), 10)
+    rows = starts(executions, ids)
+    assert len({pid for pid, _ in rows}) == 1
+    spread = (max(t for _, t in rows) - min(t for _, t in rows)).total_seconds()
+    assert spread < 0.5, spread  # one after the other would take 7 s
+    finished = executions.value("SELECT max(finished_at) - min(started_at)"
+                                " FROM test_executions")
+    assert finished.total_seconds() < 2.5
+
+
+def test_sync_and_async_jobs_share_a_worker_s_slots(executions, start_supervisor):
+    start_supervisor("--workers", "1", "--concurrency", "4")
+    ids = (enqueue(executions, "record", '{"sleep": 1}', count=3)
+           + enqueue(executions, "async_record", '{"sleep": 1}', count=3))
+    wait_until(lambda: all(state_of(executions, j) == "succeeded" for j in ids), 10)
+    # Six jobs of one second in four slots: never more than four at once.
+    most = executions.value(
+        "SELECT max(c) FROM (SELECT (SELECT count(*) FROM test_executions o"
+        " WHERE o.started_at <= e.started_at AND o.finished_at > e.started_at) AS c"
+        " FROM test_executions e) AS at_each_start")
+    assert most == 4
+
+
+def test_a_killed_worker_spends_exactly_the_attempts_of_its_running_jobs(
+        executions, start_supervisor):
+    supervisor = start_supervisor("--workers", "1", "--concurrency", "6", "--lease-seconds",
+                                  "60")
+    running = enqueue(executions, "record", '{"sleep": 30}', count=4, max_attempts=1)
+    wait_until(lambda: len(starts(executions, running)) == 4, 10)
+    # The two other slots go on running short jobs beside them.
+    quick = enqueue(executions, "record", count=20)
+    wait_until(lambda: all(state_of(executions, j) == "succeeded" for j in quick), 10)
+    [pid] = {pid for pid, _ in starts(executions, running)}
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: all(state_of(executions, j) == "failed" for j in running), 10)
+    assert all("killed by SIGKILL" in executions.value(
+        "SELECT last_error FROM job_queue WHERE id = %s", (j,)) for j in running)
+    assert set(executions_per_job(executions).values()) == {1}
+    supervisor.wait_for_workers(1)
+
+
+def test_a_drain_lets_every_job_in_flight_finish(executions, start_supervisor):
+    supervisor = start_supervisor("--workers", "1", "--concurrency", "6", "--drain-seconds", "20")
+    ids = (enqueue(executions, "record", '{"sleep": 1.5}', count=3)
+           + enqueue(executions, "async_record", '{"sleep": 1.5}', count=3))
+    wait_until(lambda: len(starts(executions, ids)) == 6, 10)
+    supervisor.signal(signal.SIGTERM)
+    waiting = enqueue(executions, "record", count=10)
+    assert supervisor.wait(20) == 0
+    assert all(state_of(executions, j) == "succeeded" for j in ids)
+    assert all(state_of(executions, j) == "pending" for j in waiting)
+    assert executions.value("SELECT count(*) FROM job_queue WHERE state = 'running'") == 0
+
+
+def test_a_sync_timeout_replaces_the_worker_after_its_other_jobs_finish(
+        executions, start_supervisor):
+    supervisor = start_supervisor("--workers", "1", "--concurrency", "4")
+    [first_pid] = supervisor.wait_for_workers(1)
+    others = enqueue(executions, "record", '{"sleep": 1.5}', count=3)
+    [hang] = enqueue(executions, "hang", max_attempts=1)
+    wait_until(lambda: state_of(executions, hang) == "failed", 10)
+    assert "timeout" in executions.value("SELECT last_error FROM job_queue WHERE id = %s",
+                                         (hang,))
+    wait_until(lambda: all(state_of(executions, j) == "succeeded" for j in others), 10)
+    assert executions.value("SELECT max(attempts) FROM job_queue WHERE id = ANY(%s)",
+                            (others,)) == 1
+    wait_until(lambda: first_pid not in supervisor.wait_for_workers(1), 10)
+    [after] = enqueue(executions, "record")
+    wait_until(lambda: state_of(executions, after) == "succeeded", 10)
+
+
+def test_an_async_timeout_cancels_the_task_and_keeps_the_worker(executions, start_supervisor):
+    supervisor = start_supervisor("--workers", "1", "--concurrency", "4")
+    [pid] = supervisor.wait_for_workers(1)
+    [hang] = enqueue(executions, "async_hang", max_attempts=1)
+    mates = enqueue(executions, "async_record", '{"sleep": 0.2}', count=3)
+    wait_until(lambda: state_of(executions, hang) == "failed", 10)
+    assert "timeout" in executions.value("SELECT last_error FROM job_queue WHERE id = %s",
+                                         (hang,))
+    wait_until(lambda: all(state_of(executions, j) == "succeeded" for j in mates), 10)
+    assert supervisor.worker_pids() == [pid]
+
+
+def test_worker_kills_rerun_only_the_jobs_that_were_running(executions, start_supervisor):
+    """Finished work never runs again because its worker died: after each
+    SIGKILL, only jobs whose run had not finished may run a second time."""
+    supervisor = start_supervisor("--workers", "2", "--concurrency", "4",
+                                  "--lease-seconds", "60")
+    ids = enqueue(executions, "record", '{"sleep": 0.02}', count=3000)
+    kills = 0
+    rng = random.Random(4)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and executions.value(
+            "SELECT count(*) FROM job_queue WHERE state <> 'succeeded'") > 300:
+        pids = supervisor.worker_pids()
+        if len(pids) == 2:
+            os.kill(rng.choice(pids), signal.SIGKILL)
+            kills += 1
+        time.sleep(0.4)  # deliberate: let the fleet run between kills
+    wait_until(lambda: all(s == "succeeded" for s, in executions.rows(
+        "SELECT state FROM job_queue")), 60, interval=0.1)
+    assert kills >= 4
+    per_job = executions_per_job(executions)
+    assert len(per_job) == len(ids) and min(per_job.values()) == 1
+    # At most the jobs running in the killed worker run again: four slots.
+    repeats = sum(per_job.values()) - len(per_job)
+    assert repeats <= kills * 4, (repeats, kills)
+    # A run that had recorded its end can only have been in the few
+    # microseconds between that and its handler returning: at most one such
+    # per kill (before the ledger, every run of the last 0.2 s ran again).
+    rerun_after_finishing = executions.value(
+        "SELECT count(*) FROM test_executions e WHERE finished_at IS NOT NULL"
+        " AND EXISTS (SELECT FROM test_executions l WHERE l.job_id = e.job_id"
+        " AND l.execution_id > e.execution_id)")
+    assert rerun_after_finishing <= kills, (rerun_after_finishing, kills)
