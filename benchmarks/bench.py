@@ -10,9 +10,14 @@ measures, in this order:
 - throughput: pre-inserted no-op jobs run by ``motir-supervisor run
   --workers N`` for each N, timed from the supervisor's start to an empty queue;
 - the same with a large history of finished rows in the table;
-- idle pick-up latency: jobs inserted one at a time at a steady rate into an
-  idle fleet with ``--poll-seconds 30``, so only the wake-up can make it fast;
-- idle cost: CPU and database transactions of a fleet with nothing to do;
+- pick-up latency to the handler's start: jobs inserted one at a time at a
+  steady rate into an idle fleet with ``--poll-seconds 30``, so only the
+  wake-up can make it fast, beside a bare loop doing the least any runner
+  could (the machine's floor), in the same run (benchmarks/waiting.py);
+- IO-bound throughput: jobs that wait 100 ms without CPU, sync and async, by
+  job slots, with the fleet's memory and database connections;
+- idle cost: CPU and database transactions of a fleet with nothing to do,
+  from 3 s after its start and from 3 s after a burst;
 - with ``--peers``, the peers of issue 5 on the same jobs with the same
   parallelism, each in its own database of the same server (see
   benchmarks/peers: they are installed apart from the project and only called).
@@ -39,6 +44,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from benchmarks import waiting
 from benchmarks.peers import PeerRun, Runtimes, configurations
 from benchmarks.peers import measure as measure_peer
 from tests.helpers import Sql, wait_until
@@ -54,9 +60,6 @@ DEFAULT_JSON = Path(".bench/results.json")
 #: history and idle measurements use that fleet, and pgbench as many clients.
 FLEET_WORKERS = 4
 PGBENCH_CLIENTS = 4
-#: The pick-up latency runs with a poll this long, so only the wake-up
-#: (LISTEN/NOTIFY) can make it fast.
-LATENCY_POLL_SECONDS = 30.0
 #: How often a run checks for an empty queue: often enough that the check
 #: adds little to the timing, seldom enough that it adds nothing to the load.
 EMPTY_QUEUE_CHECK_SECONDS = 0.05
@@ -95,11 +98,12 @@ SELECT EXISTS (SELECT FROM job_queue WHERE state = 'pending')
     OR EXISTS (SELECT FROM job_queue WHERE state = 'running')
 """
 
-PICKUP_PERCENTILES = """
-SELECT percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY ms), max(ms), count(*)
-FROM (SELECT extract(epoch FROM started_at - created_at)::float8 * 1000 AS ms
-      FROM job_queue WHERE id >= %s) AS pickup
-"""
+#: Enough for --workers 128 of the IO-bound runs, each worker with its
+#: connection, beside the supervisors' own.
+MAX_CONNECTIONS = 400
+
+
+SECTIONS = ("throughput", "latency", "io", "idle")
 
 
 class BenchError(RuntimeError):
@@ -121,21 +125,27 @@ class Settings:
     latency_interval_ms: float = 20.0
     #: Finished rows in the table during the history run.
     bloat_rows: int = 1_000_000
-    #: Seconds the idle fleet is measured.
+    #: Seconds the idle fleet is measured, after its start and after a burst.
     idle_seconds: float = 10.0
-    # Before that the fleet gets time to settle: empty polls back off from
-    # 50 ms to the poll interval (10 s by default, about 13 s of ramp), and a
-    # backend holds its statistics up to 10 s before publishing them, so the
-    # setup's own queries would otherwise land inside the window.
-    idle_settle_seconds: float = 15.0
+    #: Issue 9 counts an idle fleet's cost from 3 s after its start (or a
+    #: burst): a worker that waits on LISTEN has no backoff to ramp down.
+    idle_settle_seconds: float = 3.0
+    #: No-op jobs of the burst before the second idle window.
+    idle_burst_jobs: int = 2_000
+    #: Jobs per IO-bound run, and the job slots (workers x concurrency) of the runs.
+    io_jobs: int = 4_000
+    io_slots: tuple[int, ...] = (4, 32, 128)
     #: Extra options given to every `motir-supervisor run`, to compare settings.
     run_options: tuple[str, ...] = ()
+    #: The sections measured (pgbench's loop always is: every ratio needs it).
+    only: tuple[str, ...] = SECTIONS
     #: Install and measure the peers too (off by default: it downloads them).
     peers: bool = False
 
 
 SMOKE = Settings(jobs=300, workers_list=(1, 2), latency_samples=30, bloat_rows=10_000,
-                 idle_seconds=2.0, idle_settle_seconds=1.0)
+                 idle_seconds=2.0, idle_settle_seconds=1.0, idle_burst_jobs=100, io_jobs=40,
+                 io_slots=(4,))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,20 +180,10 @@ class ThroughputRun:
 
 
 @dataclasses.dataclass(frozen=True)
-class PickupLatency:
-    workers: int
-    poll_seconds: float
-    samples: int
-    interval_ms: float
-    p50_ms: float
-    p95_ms: float
-    p99_ms: float
-    max_ms: float
-
-
-@dataclasses.dataclass(frozen=True)
 class IdleCost:
     workers: int
+    #: "start" or "burst": what the window follows, by idle_settle_seconds.
+    after: str
     seconds: float
     #: CPU of the supervisor and its workers, in % of one core.
     cpu_percent_of_core: float
@@ -201,16 +201,18 @@ class BenchResults:
     machine: Machine
     pgbench: PgbenchLoop
     throughput: tuple[ThroughputRun, ...]
-    bloated: ThroughputRun
-    latency: PickupLatency
-    idle: IdleCost
+    #: None (and the other sections empty) when --only left them out.
+    bloated: ThroughputRun | None
+    latency: waiting.HandlerLatency | None
+    io_bound: tuple[waiting.IoRun, ...]
+    idle: tuple[IdleCost, ...]
     #: None unless run with --peers; a failed peer has no figures and says why.
     peers: tuple[PeerRun, ...] | None
 
     def as_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         measured = [run for run in data["peers"] or () if run["jobs_per_second"] is not None]
-        for run in [*data["throughput"], data["bloated"], *measured]:
+        for run in [*data["throughput"], *filter(None, [data["bloated"]]), *measured]:
             run["ratio_to_pgbench"] = round(
                 run["jobs_per_second"] / self.pgbench.transactions_per_second, 3)
         return data
@@ -240,12 +242,12 @@ def supervisor_environment(url: str) -> dict[str, str]:
 class Fleet:
     """One ``motir-supervisor run`` process and its workers, started as an operator would."""
 
-    def __init__(self, url: str, log_path: Path, options: Sequence[str]):
+    def __init__(self, url: str, log_path: Path, options: Sequence[str], app: str = APP):
         self.log_path = log_path
         self.started_at = time.monotonic()
         with open(log_path, "w") as log:
             self.process = subprocess.Popen(
-                [*CLI, "run", "--app", APP, *options], env=supervisor_environment(url),
+                [*CLI, "run", "--app", app, *options], env=supervisor_environment(url),
                 stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
 
     def __enter__(self) -> "Fleet":
@@ -318,6 +320,10 @@ def progress(message: str) -> None:
 class Bench:
     """The measurements, on one migrated database of one throwaway server."""
 
+    database = DATABASE
+    error = BenchError
+    progress = staticmethod(progress)
+
     def __init__(self, pg: ThrowawayPostgres, settings: Settings):
         self.pg = pg
         self.settings = settings
@@ -335,9 +341,9 @@ class Bench:
         self.sql.close()
         self.observer.close()
 
-    def start_fleet(self, label: str, *options: str) -> Fleet:
+    def start_fleet(self, label: str, *options: str, app: str = APP) -> Fleet:
         return Fleet(self.url, self.logs / f"{label}.log",
-                     [*options, *self.settings.run_options])
+                     [*options, *self.settings.run_options], app)
 
     def describe_machine(self) -> Machine:
         cpuinfo = Path("/proc/cpuinfo").read_text()
@@ -358,8 +364,8 @@ class Bench:
             postgresql=self.sql.value("SHOW server_version"),
             durability=described)
 
-    def prepare_queue(self, pending: int, finished: int = 0) -> None:
-        """An empty table, then ``finished`` old succeeded rows and ``pending`` due no-ops."""
+    def prepare_queue(self, pending: int, finished: int = 0, kind: str = "noop") -> None:
+        """An empty table, then ``finished`` old succeeded rows and ``pending`` due jobs."""
         self.sql.rows("TRUNCATE job_queue")
         if finished:
             self.sql.rows(
@@ -367,8 +373,8 @@ class Bench:
                 " SELECT 'noop', 'succeeded', 1, now(), now() FROM generate_series(1, %s)",
                 (finished,))
         if pending:
-            self.sql.rows("INSERT INTO job_queue (kind) SELECT 'noop' FROM generate_series(1, %s)",
-                          (pending,))
+            self.sql.rows("INSERT INTO job_queue (kind) SELECT %s FROM generate_series(1, %s)",
+                          (kind, pending))
         # Every run starts from the same state: a table autovacuum has seen
         # (hint bits set, statistics current) and a checkpoint just taken, so
         # no run pays for the previous one's setting hint bits or dirty pages.
@@ -389,10 +395,13 @@ class Bench:
         """Seconds from the supervisor's start until nothing is pending or running."""
         def drained() -> bool:
             fleet.ensure_running()
-            return not self.sql.value(QUEUE_HAS_WORK)
+            return not self.queue_has_work()
         wait_until(drained, max(60, jobs / SLOWEST_JOBS_PER_SECOND),
                    interval=EMPTY_QUEUE_CHECK_SECONDS, message=f"{jobs} jobs to finish")
         return time.monotonic() - fleet.started_at
+
+    def queue_has_work(self) -> bool:
+        return self.sql.value(QUEUE_HAS_WORK)
 
     def ensure_all_succeeded(self, expected: int) -> None:
         succeeded, total = self.sql.rows(
@@ -441,60 +450,32 @@ class Bench:
         return ThroughputRun(workers=workers, jobs=jobs, finished_rows=finished_rows,
                              seconds=round(seconds, 3), jobs_per_second=round(jobs / seconds, 1))
 
-    def measure_pickup_latency(self) -> PickupLatency:
-        samples, interval = self.settings.latency_samples, self.settings.latency_interval_ms
-        self.prepare_queue(0)
-        progress(f"idle pick-up latency, {samples} jobs every {interval:g} ms")
-        with self.start_fleet("latency", "--workers", str(FLEET_WORKERS),
-                              "--poll-seconds", f"{LATENCY_POLL_SECONDS:g}") as fleet:
-            self.wait_for_idle_workers(fleet, FLEET_WORKERS)
-            # A warm-up, not measured: the first jobs pay for what happens
-            # once per process (first plans, first handler call, first title).
-            self.insert_paced(FLEET_WORKERS, interval)
-            self.wait_for_empty_queue(fleet, FLEET_WORKERS)
-            first_id = self.insert_paced(samples, interval)
-            self.wait_for_empty_queue(fleet, samples)
-        # created_at is the insert's transaction start and started_at the
-        # claim's, both by the server's clock: the delay a producer sees,
-        # including its own commit (a WAL flush at default durability).
-        (p50, p95, p99), worst, count = self.sql.rows(PICKUP_PERCENTILES, (first_id,))[0]
-        if count != samples:
-            raise BenchError(f"expected {samples} latency samples, found {count}")
-        return PickupLatency(
-            workers=FLEET_WORKERS, poll_seconds=LATENCY_POLL_SECONDS, samples=samples,
-            interval_ms=interval, p50_ms=round(p50, 2), p95_ms=round(p95, 2),
-            p99_ms=round(p99, 2), max_ms=round(worst, 2))
-
-    def insert_paced(self, count: int, interval_ms: float) -> int:
-        """Insert ``count`` no-ops one statement at a time at a steady rate; the first id."""
-        first_id = None
-        start = time.monotonic()
-        for i in range(count):
-            # Deliberate pacing: a steady rate on a fixed schedule, so a slow
-            # insert does not shift every later one.
-            time.sleep(max(0.0, start + i * interval_ms / 1000 - time.monotonic()))
-            job_id = self.sql.value("INSERT INTO job_queue (kind) VALUES ('noop') RETURNING id")
-            first_id = job_id if first_id is None else first_id
-        return first_id
-
     def count_transactions(self) -> int:
         return self.observer.value(
             "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = %s",
             (DATABASE,))
 
-    def measure_idle_cost(self) -> IdleCost:
-        settle, window = self.settings.idle_settle_seconds, self.settings.idle_seconds
+    def measure_idle_cost(self) -> tuple[IdleCost, ...]:
         self.prepare_queue(0)
-        progress(f"idle fleet of {FLEET_WORKERS}, {window:g} s after {settle:g} s to settle")
         with self.start_fleet("idle", "--workers", str(FLEET_WORKERS)) as fleet:
             self.wait_for_idle_workers(fleet, FLEET_WORKERS)
-            time.sleep(settle)  # deliberate: see Settings.idle_settle_seconds
-            ticks_before, transactions_before = fleet.cpu_ticks(), self.count_transactions()
-            started = time.monotonic()
-            time.sleep(window)  # deliberate: the idle window itself
-            transactions_after, ticks_after = self.count_transactions(), fleet.cpu_ticks()
-            elapsed = time.monotonic() - started
-            fleet.ensure_running()
+            after_start = self.measure_idle_window(fleet, "start")
+            burst = self.settings.idle_burst_jobs
+            self.sql.rows("INSERT INTO job_queue (kind) SELECT 'noop' FROM generate_series(1, %s)",
+                          (burst,))
+            self.wait_for_empty_queue(fleet, burst)
+            return after_start, self.measure_idle_window(fleet, "burst")
+
+    def measure_idle_window(self, fleet: Fleet, after: str) -> IdleCost:
+        settle, window = self.settings.idle_settle_seconds, self.settings.idle_seconds
+        progress(f"idle fleet of {FLEET_WORKERS}, {window:g} s from {settle:g} s after its {after}")
+        time.sleep(settle)  # deliberate: see Settings.idle_settle_seconds
+        ticks_before, transactions_before = fleet.cpu_ticks(), self.count_transactions()
+        started = time.monotonic()
+        time.sleep(window)  # deliberate: the idle window itself
+        transactions_after, ticks_after = self.count_transactions(), fleet.cpu_ticks()
+        elapsed = time.monotonic() - started
+        fleet.ensure_running()
         # Backends publish their counters at most once a second (and an idle
         # one after up to 10 s), so each end of the window misses what is
         # still held back; in a steady state both ends miss the same on
@@ -504,7 +485,7 @@ class Bench:
                    if pid in ticks_after)
         ticks_per_second = os.sysconf("SC_CLK_TCK")
         return IdleCost(
-            workers=FLEET_WORKERS, seconds=round(elapsed, 2),
+            workers=FLEET_WORKERS, after=after, seconds=round(elapsed, 2),
             cpu_percent_of_core=round(100 * used / ticks_per_second / elapsed, 2),
             cpu_resolution_percent=round(100 / ticks_per_second / elapsed, 2),
             db_transactions_per_second=round(
@@ -540,14 +521,22 @@ class Bench:
     def measure_everything(self) -> BenchResults:
         machine = self.describe_machine()
         pgbench = self.measure_pgbench_loop()
-        throughput = tuple(self.measure_throughput(w) for w in self.settings.workers_list)
-        bloated = self.measure_throughput(FLEET_WORKERS, self.settings.bloat_rows)
-        latency = self.measure_pickup_latency()
-        idle = self.measure_idle_cost()
+        only = self.settings.only
+        throughput, bloated, latency, io_bound, idle = (), None, None, (), ()
+        if "throughput" in only:
+            throughput = tuple(self.measure_throughput(w) for w in self.settings.workers_list)
+            bloated = self.measure_throughput(FLEET_WORKERS, self.settings.bloat_rows)
+        if "latency" in only:
+            latency = waiting.measure_handler_latency(self)
+        if "io" in only:
+            io_bound = waiting.measure_io_bound(self)
+        if "idle" in only:
+            idle = self.measure_idle_cost()
         return BenchResults(
             measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             settings=self.settings, machine=machine, pgbench=pgbench, throughput=throughput,
-            bloated=bloated, latency=latency, idle=idle, peers=self.measure_peers())
+            bloated=bloated, latency=latency, io_bound=io_bound, idle=idle,
+            peers=self.measure_peers())
 
 
 # -- the report -------------------------------------------------------------------
@@ -572,8 +561,9 @@ def format_report(results: BenchResults) -> str:
         runs.append((f"motir-supervisor --workers {run.workers}", run.seconds,
                      run.jobs_per_second))
     b = results.bloated
-    runs.append((f"--workers {b.workers}, {b.finished_rows:,} finished rows in table",
-                 b.seconds, b.jobs_per_second))
+    if b is not None:
+        runs.append((f"--workers {b.workers}, {b.finished_rows:,} finished rows in table",
+                     b.seconds, b.jobs_per_second))
     for peer in results.peers or ():
         name = f"{peer.peer} {peer.version or ''}".strip() + f", {peer.configuration}"
         runs.append((name, peer.seconds, peer.jobs_per_second or f"failed: {peer.failure}"))
@@ -584,19 +574,20 @@ def format_report(results: BenchResults) -> str:
             lines.append(f"  {name:<{width}} {rate}")
         else:
             lines.append(f"  {name:<{width}} {seconds:>8.2f} {rate:>9,.0f} {rate / base:>10.2f}")
-    lat, idle = results.latency, results.idle
-    lines += [
-        "",
-        f"idle pick-up latency: {lat.samples} jobs inserted every {lat.interval_ms:g} ms,"
-        f" --workers {lat.workers} --poll-seconds {lat.poll_seconds:g}",
-        f"  p50 {lat.p50_ms:.2f} ms   p95 {lat.p95_ms:.2f} ms   p99 {lat.p99_ms:.2f} ms"
-        f"   max {lat.max_ms:.2f} ms",
-        "",
-        f"idle fleet: --workers {idle.workers}, default settings, measured for {idle.seconds:g} s",
-        f"  CPU {idle.cpu_percent_of_core:.2f} % of one core"
-        f" (resolution {idle.cpu_resolution_percent:g} %)"
-        f"   database {idle.db_transactions_per_second:.2f} transactions/s",
-    ]
+    if results.latency:
+        lines += ["", *waiting.format_latency(results.latency)]
+    if results.io_bound:
+        lines += ["", *waiting.format_io(results.io_bound)]
+    if results.idle:
+        lines += ["", f"idle fleet: --workers {FLEET_WORKERS}, default settings,"
+                  f" from {s.idle_settle_seconds:g} s after its start and after a burst"
+                  f" of {s.idle_burst_jobs:,} jobs"]
+        for idle in results.idle:
+            lines.append(
+                f"  after its {idle.after:<5} {idle.seconds:>5.1f} s:"
+                f" CPU {idle.cpu_percent_of_core:.2f} % of one core"
+                f" (resolution {idle.cpu_resolution_percent:g} %)"
+                f"   database {idle.db_transactions_per_second:.2f} transactions/s")
     if results.peers is None:
         lines += ["", "peers: not measured (run with --peers)"]
     else:
@@ -623,6 +614,15 @@ def parse_workers_list(text: str) -> tuple[int, ...]:
     return counts
 
 
+def parse_sections(text: str) -> tuple[str, ...]:
+    chosen = tuple(part.strip() for part in text.split(","))
+    unknown = set(chosen) - set(SECTIONS)
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown sections {sorted(unknown)};"
+                                         f" choose from {','.join(SECTIONS)}")
+    return chosen
+
+
 def parse_arguments(argv: Sequence[str] | None) -> tuple[Settings, Path]:
     parser = argparse.ArgumentParser(prog="bin/bench", description=__doc__.split("\n\n")[0])
     defaults = Settings()
@@ -646,6 +646,16 @@ def parse_arguments(argv: Sequence[str] | None) -> tuple[Settings, Path]:
     parser.add_argument("--idle-settle-seconds", type=float,
                         help=f"seconds the idle fleet settles first"
                              f" [{defaults.idle_settle_seconds:g}]")
+    parser.add_argument("--idle-burst-jobs", type=int,
+                        help=f"jobs of the burst before the second idle window"
+                             f" [{defaults.idle_burst_jobs}]")
+    parser.add_argument("--io-jobs", type=int,
+                        help=f"jobs per IO-bound run [{defaults.io_jobs}]")
+    parser.add_argument("--io-slots", type=parse_workers_list,
+                        help=f"job slots of the IO-bound runs, none with 0"
+                             f" [{','.join(map(str, defaults.io_slots))}]")
+    parser.add_argument("--only", type=parse_sections,
+                        help=f"measure only these sections [{','.join(SECTIONS)}]")
     parser.add_argument("--run-options", type=shlex.split,
                         help="extra options of every supervisor, e.g. '--batch-size 64'")
     parser.add_argument("--peers", action="store_true", default=None,
@@ -668,7 +678,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # pytest-postgresql starts the server with -F (fsync off) whatever we
         # pass; a later -c wins, and everything else stays at its default.
-        with ThrowawayPostgres(postgres_options="-c fsync=on") as pg:
+        with ThrowawayPostgres(
+                postgres_options=f"-c fsync=on -c max_connections={MAX_CONNECTIONS}") as pg:
             bench = Bench(pg, settings)
             try:
                 results = bench.measure_everything()

@@ -99,8 +99,8 @@ class Ledger:
         if error is not None:
             encoded = error.encode("utf-8", "backslashreplace")[:ERROR_BYTES]
             size = len(encoded)
-            at = self._errors_at + entry * ERROR_BYTES
-            self._memory[at:at + size] = encoded
+            text_at = self._errors_at + entry * ERROR_BYTES
+            self._memory[text_at:text_at + size] = encoded
         # Fields only: the state byte keeps saying RUNNING until the outcome is whole.
         _FIELDS.pack_into(self._memory, at + 9, int(permanent), retry_in_seconds, size, seconds)
         self.mark(entry, state)

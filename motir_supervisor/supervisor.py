@@ -473,11 +473,13 @@ class Supervisor:
                 db.Outcome(e.job_id, e.error, e.retry_in_seconds, e.permanent)
                 for e in decided.values()])
             for job_id, state, kind in written:
+                outcome = "retried" if state == "pending" else state
                 log.info("job %d %s %s in %.3fs: outcome written for exited worker %s", job_id,
-                         kind, "retried" if state == "pending" else state,
-                         decided[job_id].seconds, item.claimant)
-            # Counted apart from the workers' runs: a label child made here
-            # would be inherited by every worker forked later (see metrics).
+                         kind, outcome, decided[job_id].seconds, item.claimant)
+                # A worker forked later inherits this label child, and
+                # prometheus_client moves it to the worker's own file on its
+                # first count there (see metrics.enable).
+                metrics.record_run(kind, outcome, decided[job_id].seconds)
             metrics.record_release("outcome_written", len(written))
         for state, error in ((ledger.RUNNING, item.death),
                              (ledger.TIMED_OUT, "TimeoutError: the job ran past the timeout"

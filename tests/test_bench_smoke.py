@@ -33,8 +33,18 @@ def test_the_smoke_benchmark_reports_every_figure(tmp_path):
     assert results["bloated"]["finished_rows"] == results["settings"]["bloat_rows"] > 0
 
     latency = results["latency"]
-    assert latency["samples"] == results["settings"]["latency_samples"]
-    assert 0 < latency["p50_ms"] <= latency["p95_ms"] <= latency["p99_ms"] <= latency["max_ms"]
-    assert results["idle"]["cpu_percent_of_core"] >= 0
-    assert results["idle"]["db_transactions_per_second"] >= 0
+    assert [run["runner"] for run in latency["fleets"]] == ["--workers 4", "--workers 1"]
+    for run in [latency["floor"], *latency["fleets"]]:
+        assert run["samples"] == results["settings"]["latency_samples"]
+        assert 0 < run["p50_ms"] <= run["p95_ms"] <= run["p99_ms"] <= run["max_ms"], run
+    io_runs = results["io_bound"]
+    assert {(run["workers"], run["concurrency"], run["kind"]) for run in io_runs} == {
+        (4, 1, "sleep"), (4, 1, "async_sleep")}
+    for run in io_runs:
+        # 40 jobs of 0.1 s on 4 slots cannot take less than a second.
+        assert 0 < run["efficiency"] <= 1 and run["jobs_per_second"] <= 40, run
+        assert run["peak_pss_mib"] > 0 and run["peak_connections"] >= 4, run
+    assert [idle["after"] for idle in results["idle"]] == ["start", "burst"]
+    for idle in results["idle"]:
+        assert idle["cpu_percent_of_core"] >= 0 and idle["db_transactions_per_second"] >= 0
     assert results["peers"] is None

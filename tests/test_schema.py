@@ -56,6 +56,27 @@ def test_the_claim_finds_its_rows_through_the_primary_key_not_a_table_scan(sql):
     assert "job_queue_pkey" in plan and "Seq Scan" not in plan, plan
 
 
+@pytest.mark.parametrize("name, params, index", [
+    ("claim_due_jobs", {"claimant": "c", "limit": 512, "lease_seconds": 30, "queues": None},
+     "job_queue_due"),
+    ("claim_due_jobs", {"claimant": "c", "limit": 1, "lease_seconds": 30, "queues": ["q"]},
+     "job_queue_due"),
+    # These two may walk the primary key or the partial index of running rows.
+    ("record_successes", {"claimant": "c", "ids": [1, 2]}, "Index"),
+    ("renew_leases", {"claimant": "c", "ids": [1, 2], "lease_seconds": 30}, "Index"),
+])
+def test_a_prepared_statement_keeps_its_index_under_a_generic_plan(sql, name, params, index):
+    # Workers prepare their hot statements; after five runs PostgreSQL may
+    # keep one plan for every parameter, and that plan must not scan the table.
+    sql.rows("INSERT INTO job_queue (kind) SELECT 'x' FROM generate_series(1, 20000)")
+    sql.rows("ANALYZE job_queue")
+    prepare, execute = db.prepared_form(name)
+    sql.rows("SET plan_cache_mode = force_generic_plan")
+    sql.rows(prepare)
+    plan = "\n".join(r[0] for r in sql.rows("EXPLAIN " + execute, params))
+    assert index in plan and "Seq Scan" not in plan, plan
+
+
 def test_a_claim_hands_back_its_jobs_oldest_due_first(sql, store):
     # Later ids due earlier, as retries and delayed jobs are.
     sql.rows("INSERT INTO job_queue (kind, run_at) SELECT 'x', now() - g * interval '1 min'"

@@ -2,6 +2,7 @@
 
 import json
 import logging
+import os
 import random
 import re
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from motir_supervisor import cli, db, holdings, logs, outcomes, registry
+from motir_supervisor import cli, db, holdings, ledger, logs, outcomes, registry
 from motir_supervisor.config import Config, ConfigError
 
 
@@ -142,3 +143,35 @@ def test_batches_grow_with_the_room_left_and_shrink_after_a_slow_one():
     # Free slots asked for 32 jobs of 0.15 s: they do not make the batch grow.
     assert nbs(1, 32, 32, 0.15, 512) == 1
     assert nbs(4, 32, 20, 0.01, 512) == 1  # short of the slots: dry too
+
+
+# -- the ledger ------------------------------------------------------------------
+
+def test_the_ledger_hands_the_supervisor_every_field_a_forked_worker_wrote():
+    book = ledger.Ledger(4)
+    pid = os.fork()
+    if pid == 0:  # the worker's side, in a real child process
+        done, failed, running = book.claim(11), book.claim(12), book.claim(13)
+        book.decide(done, ledger.SUCCEEDED, 0.25)
+        book.decide(failed, ledger.FAILED, 1.5, "ValueError: boom \u00e9", 60.0, True)
+        book.mark(running, ledger.RUNNING)
+        book.release(book.claim(14))
+        book.set_retiring()
+        os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    entries = {entry.job_id: entry for entry in book.entries()}
+    assert entries[11] == ledger.Entry(11, ledger.SUCCEEDED, False, 0.0, None, 0.25)
+    assert entries[12] == ledger.Entry(12, ledger.FAILED, True, 60.0, "ValueError: boom \u00e9",
+                                       1.5)
+    assert entries[13].state == ledger.RUNNING and 14 not in entries
+    assert book.retiring and not book.stop_asked
+    book.close()
+
+
+def test_a_ledger_error_longer_than_its_page_is_cut_not_spilled_into_the_next():
+    book = ledger.Ledger(2)
+    first, second = book.claim(1), book.claim(2)
+    book.decide(first, ledger.FAILED, 0.0, "x" * (ledger.ERROR_BYTES * 2))
+    book.decide(second, ledger.FAILED, 0.0, "second")
+    by_id = {entry.job_id: entry.error for entry in book.entries()}
+    assert by_id == {1: "x" * ledger.ERROR_BYTES, 2: "second"}

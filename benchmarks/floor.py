@@ -1,0 +1,59 @@
+"""The machine's floor for pick-up latency: the least any runner could do.
+
+``python -m benchmarks.floor URL COUNT`` LISTENs on the supervisor's channel
+and, on every notification, claims one row with a one-row ``SKIP LOCKED``
+update, stamps its start on a second connection exactly as the ``stamp``
+handler does, and marks it done; it exits after COUNT jobs. bin/bench runs
+it beside the fleets, on the same jobs and the same server, so the fleets'
+latency reads as a multiple of it.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import sys
+
+import psycopg2
+
+from benchmarks.waiting_app import RECORD_START, starts_connection
+
+CLAIM_ONE = """
+UPDATE job_queue SET state = 'running', locked_by = 'floor', attempts = attempts + 1,
+       started_at = now(), lease_expires_at = now() + interval '30 seconds'
+ WHERE id = (SELECT id FROM job_queue WHERE state = 'pending' AND run_at <= now()
+              ORDER BY run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+RETURNING id
+"""
+FINISH = ("UPDATE job_queue SET state = 'succeeded', finished_at = now(), locked_by = NULL,"
+          " lease_expires_at = NULL WHERE id = %s")
+
+
+def main(url: str, count: int) -> int:
+    listener = psycopg2.connect(url, application_name="bench floor")
+    listener.autocommit = True
+    starts = starts_connection(url)
+    with listener.cursor() as cur:
+        cur.execute("LISTEN motir_job_queue")
+    print("listening", flush=True)
+    done = 0
+    while done < count:
+        select.select([listener], [], [], 5.0)
+        listener.poll()
+        listener.notifies.clear()
+        while True:
+            with listener.cursor() as cur:
+                cur.execute(CLAIM_ONE)
+                row = cur.fetchone()
+            if row is None:
+                break
+            with starts.cursor() as cur:
+                cur.execute(RECORD_START, (row[0], os.getpid()))
+            with listener.cursor() as cur:
+                cur.execute(FINISH, (row[0],))
+            done += 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], int(sys.argv[2])))
