@@ -33,6 +33,13 @@ log = logging.getLogger("motir_supervisor.worker")
 FAST_BATCH_SECONDS = 0.1
 SLOW_BATCH_SECONDS = 0.5
 BATCH_GROWTH_MAX = 8
+#: A worker keeps claimed beside its running jobs as many as it expects to
+#: start within this long: a slot whose run ends then takes the next job at
+#: once instead of waiting a claim's round trip. None is kept for long jobs,
+#: so a job waits about this long at most while another worker may be free.
+RESERVE_SECONDS = 0.01
+#: Weight of the latest run in the running average of run times.
+RUN_TIME_WEIGHT = 0.2
 #: The lease alarm goes off this long before the lease would expire.
 LEASE_ALARM_MARGIN_SECONDS = 0.5
 
@@ -78,12 +85,24 @@ class Holdings:
         self.last_claim_was_short = False
         self._has_timeouts: bool | None = None
         self._latest_claim_at = 0.0
+        #: Average run time of the latest runs here; None before the first.
+        self.run_seconds: float | None = None
 
     # -- claiming ----------------------------------------------------------------
 
+    def room(self) -> int:
+        """How many jobs to claim now: the free slots, and the reserve of
+        jobs the running ones are expected to make room for within
+        RESERVE_SECONDS (see there)."""
+        reserve = 0
+        if self.run_seconds is not None:
+            expected = self.config.concurrency * RESERVE_SECONDS / max(self.run_seconds, 1e-6)
+            reserve = min(int(expected), self.config.concurrency)
+        return min(self.executor.free_slots() + reserve, self.ledger.free_entries())
+
     def claim(self) -> tuple[int, bool]:
         """Claim what the free slots can start; (jobs claimed, more due after them)."""
-        limit = min(max(self.executor.free_slots(), self.batch_size), self.ledger.free_entries())
+        limit = min(max(self.room(), self.batch_size), self.ledger.free_entries())
         sent = time.monotonic()
         self._claim_in_doubt = True
         jobs, more_due = self.store.claim_due_jobs(self.claimant, limit,
@@ -162,6 +181,10 @@ class Holdings:
             now = time.monotonic()
             for run in finished:
                 self._close(run, now)
+                if run.duration is not None:
+                    self.run_seconds = run.duration if self.run_seconds is None else (
+                        RUN_TIME_WEIGHT * run.duration
+                        + (1 - RUN_TIME_WEIGHT) * self.run_seconds)
             self._to_write.extend(finished)
         if not self._to_write:
             return

@@ -252,12 +252,18 @@ class Worker:
         holdings = self.holdings
         if not self.store.connected:
             self._connect()
+        # Claim first: a slot a run has just left starts its next job a round
+        # trip sooner, and the ended run's outcome is safe in the ledger meanwhile.
+        self._claim_while_room()
         holdings.write_finished()
         holdings.release_withdrawn()
         holdings.renew_leases_if_due(now)
         self._reconnect_backoff = 0.0
+        self._claim_while_room()
+
+    def _claim_while_room(self) -> None:
         while self._should_claim():
-            claimed, more_due = holdings.claim()
+            claimed, more_due = self.holdings.claim()
             if more_due and self.kicks is not None:
                 self.kicks.kick()
             if not claimed:
@@ -265,12 +271,12 @@ class Worker:
                 self._go_idle()
                 return
             self._poll_backoff = 0.0
-            if holdings.last_claim_was_short:
+            if self.holdings.last_claim_was_short:
                 self.may_have_work = False
 
     def _should_claim(self) -> bool:
         return (self.may_have_work and not self.stop_requested
-                and self.executor.free_slots() > 0 and self.ledger.free_entries() > 0)
+                and self.holdings.room() > 0)
 
     def begin_timeout_retirement(self) -> None:
         """A sync handler ran past its timeout and cannot be stopped from
@@ -343,7 +349,7 @@ class Worker:
         elif self.holdings.has_unwritten():
             timers.append(now + 0.05)
         watch = [self._wake_r]
-        room = not self.stop_requested and self.executor.free_slots() > 0
+        room = not self.stop_requested and self.holdings.room() > 0
         if room and not self.may_have_work:
             timers.append(self._idle_until)
             if self.kicks is not None:
