@@ -1,7 +1,8 @@
 """The parent process: fork workers, forward signals, restart the dead, reap leases.
 
-It runs no job and holds no SQL: what it asks of the database (releasing a
-dead worker's claims, expiring stale leases) goes through :mod:`db`. Its own
+It runs no job and holds no SQL: what it asks of the database (settling a
+dead worker's claims, see :mod:`settling`; expiring stale leases, see
+:mod:`reaper`) goes through :mod:`db`. Its own
 connection is closed before every fork, so no connection crosses one.
 Signal handlers only record the signal; the loop does the work.
 """
@@ -21,7 +22,6 @@ import tempfile
 import time
 from typing import Callable
 
-import psycopg2
 import setproctitle
 
 from . import db, ledger, metrics
@@ -29,6 +29,7 @@ from .config import Config
 from .ledger import Ledger
 from .logs import flush_logs
 from .reaper import Reaper
+from .settling import Settler
 from .wakeups import Kicks, ListenerToken
 from .worker import (EXIT_BOOT_FAILURE, EXIT_TIMEOUT, HANDLED_SIGNALS, Worker,
                      set_parent_death_signal)
@@ -46,8 +47,6 @@ EXIT_GRACE_SECONDS = 3.0
 ABORT_GRACE_SECONDS = 3.0
 #: A failed fork (out of memory, process limit) is retried after this long.
 FORK_RETRY_SECONDS = 1.0
-#: The second release of a dead worker's claims follows the first by this much.
-RELEASE_RECHECK_SECONDS = 2.0
 #: A metrics server that died is started again after this long.
 METRICS_RESTART_SECONDS = 5.0
 #: Longest sleep of the loop, so timers are never far off.
@@ -71,17 +70,6 @@ class Child:
     def leaving(self) -> bool:
         """Stopping, by our wish or its own (a timeout): it needs a successor."""
         return self.retiring or self.ledger.retiring
-
-
-@dataclasses.dataclass(frozen=True)
-class PendingRelease:
-    claimant: str
-    #: The error a job whose handler was running when the worker went gets.
-    death: str
-    #: The worker's ledger as it left it (empty for the second, late release).
-    entries: tuple[ledger.Entry, ...]
-    #: Not before this monotonic time.
-    due: float
 
 
 def describe_exit(status: int) -> tuple[int, str]:
@@ -117,7 +105,7 @@ class Supervisor:
         self.metrics_pid: int | None = None
         self.metrics_restart_at = 0.0
         self.boot_failed = False
-        self.pending_releases: list[PendingRelease] = []
+        self.settler = Settler(self.store, config.database_url)
         self.crash_streak = 0
         self.respawn_at = 0.0
         self.reaper = Reaper(self.store, config.reaper_every, config.retention_hours)
@@ -147,7 +135,7 @@ class Supervisor:
         while True:
             self.handle_signals()
             self.reap_workers()
-            self.release_claims_of_exited()
+            self.settler.settle_due()
             if self.stopping:
                 if not self.children:
                     break
@@ -160,7 +148,7 @@ class Supervisor:
             self._title()
             flush_logs()
             self.sleep(self._next_wakeup())
-        self.release_claims_of_exited(final=True)
+        self.settler.settle_due(final=True)
         self.store.close()
         drained = time.monotonic() - self.stop_started
         metrics.record_drain(drained)
@@ -403,7 +391,7 @@ class Supervisor:
             if not self.stopping:
                 self.begin_drain("configuration error")
             return
-        self.queue_release(child.claimant, death, entries)
+        self.settler.queue(child.claimant, death, entries)
         if timed_out:
             log.warning("worker %d (pid %d) left a timed-out job behind; replaced it",
                         child.index, child.pid)
@@ -423,79 +411,6 @@ class Supervisor:
             log.warning("workers keep dying (%d in a row); next start in %.1fs",
                         self.crash_streak, delay)
         self.respawn_at = time.monotonic() + delay
-
-    def queue_release(self, claimant: str, death: str,
-                      entries: tuple[ledger.Entry, ...]) -> None:
-        """Settle now, and release once more a little later: a claim statement
-        the worker sent just before it died may commit after the first release."""
-        now = time.monotonic()
-        self.pending_releases.append(PendingRelease(claimant, death, entries, now))
-        self.pending_releases.append(
-            PendingRelease(claimant, death, (), now + RELEASE_RECHECK_SECONDS))
-
-    # -- database chores ------------------------------------------------------
-
-    def release_claims_of_exited(self, final: bool = False) -> None:
-        """Give back the jobs of exited workers; keep what fails for the next turn.
-
-        ``final``: the supervisor is about to exit, so releases not due yet
-        are done now and an unreachable database is tried a few times.
-        """
-        for attempt in range(5 if final else 1):
-            due = [r for r in self.pending_releases if final or r.due <= time.monotonic()]
-            if not due:
-                return
-            try:
-                for item in due:
-                    self._release(item)
-                    self.pending_releases.remove(item)
-            except psycopg2.Error as exc:
-                self.store.close()
-                log.warning("could not release claims of exited workers yet: %s",
-                            db.one_line(exc, self.config.database_url))
-                if final and attempt < 4:
-                    time.sleep(1)
-        if final and self.pending_releases:
-            log.error("gave up releasing claims of %d exited workers; their leases will expire",
-                      len({r.claimant for r in self.pending_releases}))
-
-    def _release(self, item: PendingRelease) -> None:
-        """Settle what an exited worker held, as its ledger tells: outcomes it
-        decided but had not written are written (finished work never runs
-        again), jobs whose handlers were running spend their attempt (one of
-        them may be what killed it), a timed-out job fails its attempt, and
-        everything else (not started, or left at the drain's deadline) goes
-        back as it was. Every write is fenced on the dead worker's claim."""
-        decided = {e.job_id: e for e in item.entries
-                   if e.state in (ledger.SUCCEEDED, ledger.FAILED)}
-        if decided:
-            written = self.store.record_outcomes_of(item.claimant, [
-                db.Outcome(e.job_id, e.error, e.retry_in_seconds, e.permanent)
-                for e in decided.values()])
-            for job_id, state, kind in written:
-                outcome = "retried" if state == "pending" else state
-                log.info("job %d %s %s in %.3fs: outcome written for exited worker %s", job_id,
-                         kind, outcome, decided[job_id].seconds, item.claimant)
-                # A worker forked later inherits this label child, and
-                # prometheus_client moves it to the worker's own file on its
-                # first count there (see metrics.enable).
-                metrics.record_run(kind, outcome, decided[job_id].seconds)
-            metrics.record_release("outcome_written", len(written))
-        for state, error in ((ledger.RUNNING, item.death),
-                             (ledger.TIMED_OUT, "TimeoutError: the job ran past the timeout"
-                              f" of its kind; worker {item.claimant} was replaced")):
-            ids = [e.job_id for e in item.entries if e.state == state]
-            if not ids:
-                continue
-            rows = self.store.fail_claims_of_dead([item.claimant], ids, error)
-            for job_id, new_state in rows:
-                log.warning("job %d, running in exited worker %s, is now %s", job_id,
-                            item.claimant, new_state)
-            metrics.record_release("dead_worker", len(rows))
-        ids = self.store.release_claims_of([item.claimant])
-        if ids:
-            log.warning("released unfinished jobs %s of %s", ids, item.claimant)
-        metrics.record_release("stopped_worker", len(ids))
 
 
 def _read_ready(fd: int) -> bool:
