@@ -233,10 +233,18 @@ def read_cpu_ticks(pid: int) -> int | None:
     return int(fields[11]) + int(fields[12])
 
 
+#: To compare with another version: a folder holding only that version's
+#: motir_supervisor package (git archive REV motir_supervisor | tar -x -C DIR).
+#: The fleets run it; the jobs' handlers still come from this checkout.
+OTHER_VERSION = os.environ.get("MOTIR_BENCH_SUPERVISOR_ROOT")
+FLEET_CWD = Path(OTHER_VERSION) if OTHER_VERSION else ROOT
+
+
 def supervisor_environment(url: str) -> dict[str, str]:
     # The caller's MOTIR_* settings must not change what is measured.
     env = {name: value for name, value in os.environ.items() if not name.startswith("MOTIR_")}
-    return {**env, "DATABASE_URL": url, "PYTHONPATH": str(ROOT)}
+    path = f"{OTHER_VERSION}:{ROOT}" if OTHER_VERSION else str(ROOT)
+    return {**env, "DATABASE_URL": url, "PYTHONPATH": path}
 
 
 class Fleet:
@@ -248,7 +256,7 @@ class Fleet:
         with open(log_path, "w") as log:
             self.process = subprocess.Popen(
                 [*CLI, "run", "--app", app, *options], env=supervisor_environment(url),
-                stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+                stdout=log, stderr=subprocess.STDOUT, cwd=FLEET_CWD)
 
     def __enter__(self) -> "Fleet":
         return self

@@ -111,9 +111,11 @@ class Config:
 
     @property
     def ledger_entries(self) -> int:
-        """Jobs a worker can hold at once: a full claim beside full slots, and
-        as many again whose outcomes wait to be written."""
-        return self.batch_size + 2 * self.concurrency
+        """Jobs a worker can hold at once: a full claim beside the rest of the
+        one before it and full slots, and as many again whose outcomes wait
+        to be written. An entry costs 32 bytes; its page for error text is
+        touched only when a run fails."""
+        return 2 * (self.batch_size + self.concurrency)
 
     @property
     def reaper_every(self) -> float:

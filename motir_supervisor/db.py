@@ -171,8 +171,10 @@ class JobStore:
     """The verbs the supervisor, the reaper and the workers use on job_queue."""
 
     def __init__(self, dsn: str, application_name: str = "motir-supervisor",
-                 listen: bool = False, timeout_seconds: float = 20.0):
+                 listen: bool = False, timeout_seconds: float = 20.0, prepare: bool = True):
         self.dsn = dsn
+        #: Prepare the PREPARED statements (see there) on each connection.
+        self.prepare = prepare
         self.application_name = application_name
         #: LISTEN on every connection this store opens, reconnects included,
         #: so that no reconnect can leave a worker deaf to wake-ups.
@@ -219,7 +221,7 @@ class JobStore:
 
     def _run(self, name: str, params: dict[str, Any] | None = None) -> list[tuple]:
         with self.conn.cursor() as cur:
-            if name in PREPARED:
+            if self.prepare and name in PREPARED:
                 forms = _PREPARED_FORMS.get(name)
                 if forms is None:
                     forms = _PREPARED_FORMS[name] = prepared_form(name)

@@ -29,6 +29,14 @@ import setproctitle
 
 from . import db, ledger, outcomes, registry
 
+#: Runs shorter than this on average (no-ops, cache writes) mostly hold the
+#: interpreter lock: a second thread would only contend for it, so the
+#: running threads take the next ready runs themselves...
+SHORT_RUN_SECONDS = 0.001
+#: ...unless no run has started for this long (one blocks after all): then
+#: the next ready one gets a thread of its own.
+HOLD_BACK_SECONDS = 0.001
+
 log = logging.getLogger("motir_supervisor.worker")
 
 
@@ -74,6 +82,8 @@ class Run:
     entry: int
     registration: registry.Registration | None
     stopping: StopFlag = dataclasses.field(default_factory=StopFlag)
+    #: When it was handed to the executor.
+    submitted: float = 0.0
     started: float | None = None
     #: Taken back before it started (a stop, a cancel, a slow claim).
     withdrawn: bool = False
@@ -122,6 +132,15 @@ class Executor:
         self._ready: collections.deque[Run] = collections.deque()
         self._running: set[Run] = set()
         self._finished: list[Run] = []
+        #: When the first of the runs in _finished ended.
+        self._finished_since = 0.0
+        #: Sync runs running; the latest runs' lengths and their median (a
+        #: median, since a run that waited for the interpreter lock is an outlier).
+        self._sync_running = 0
+        self._recent: collections.deque[float] = collections.deque(maxlen=15)
+        self._run_seconds: float | None = None
+        #: When a sync run last started: held-back runs wait while this moves.
+        self._last_start = 0.0
         self._idle: list[_Thread] = []
         self._stopped = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -129,9 +148,35 @@ class Executor:
     # -- the main thread's side ------------------------------------------------
 
     def submit(self, runs: list[Run]) -> None:
+        now = time.monotonic()
+        for run in runs:
+            run.submitted = now
         with self._lock:
             self._ready.extend(runs)
             self._start_more(None)
+
+    def nudge(self) -> None:
+        """Give a thread of its own to a ready run held back too long (see
+        HOLD_BACK_SECONDS); the worker's loop calls it at next_nudge()."""
+        if self._ready:
+            with self._lock:
+                self._start_more(None)
+
+    def next_nudge(self) -> float:
+        ready = self._ready
+        if ready and self._holding_back():
+            try:
+                return max(ready[0].submitted, self._last_start) + HOLD_BACK_SECONDS
+            except IndexError:  # taken by a thread meanwhile
+                pass
+        return float("inf")
+
+    def _holding_back(self) -> bool:
+        """Runs are so short that another thread would only fight the running
+        ones for the interpreter lock: the running threads take the ready
+        runs one after the other instead."""
+        return (self._sync_running > 0 and self._run_seconds is not None
+                and self._run_seconds < SHORT_RUN_SECONDS)
 
     def free_slots(self) -> int:
         """Slots no run holds and no ready run is about to take."""
@@ -141,9 +186,18 @@ class Executor:
         with self._lock:
             return list(self._running)
 
+    def longest_running(self, now: float) -> float:
+        """Seconds the oldest running run has been going; 0 with none."""
+        with self._lock:
+            return max((now - run.started for run in self._running), default=0.0)
+
     @property
     def busy(self) -> bool:
         return bool(self._running)
+
+    def finished_since(self) -> float | None:
+        """When the oldest ended run not taken yet ended; None if there is none."""
+        return self._finished_since if self._finished else None
 
     def take_finished(self) -> list[Run]:
         with self._lock:
@@ -192,13 +246,21 @@ class Executor:
         mine = None
         while (self._ready and len(self._running) < self.capacity and not self._stopped
                and not self.ledger.stop_asked):
-            run = self._ready.popleft()
+            run = self._ready[0]
+            if (not run.is_async and (me is None or mine is not None) and self._holding_back()
+                    and time.monotonic() < max(run.submitted, self._last_start)
+                    + HOLD_BACK_SECONDS):
+                break
+            self._ready.popleft()
             run.started = time.monotonic()
             self._running.add(run)
             self.ledger.mark(run.entry, ledger.RUNNING)
             if run.is_async:
                 self._event_loop().call_soon_threadsafe(self._start_task, run)
-            elif me is not None and mine is None:
+                continue
+            self._sync_running += 1
+            self._last_start = run.started
+            if me is not None and mine is None:
                 mine = run
             elif self._idle:
                 thread = self._idle.pop()
@@ -211,12 +273,17 @@ class Executor:
 
     def _finish(self, run: Run, error: BaseException | None, me: _Thread | None) -> Run | None:
         run.duration = time.monotonic() - run.started
-        if run.timed_out:
-            error = TimeoutError(f"ran past the timeout of its kind"
-                                 f" ({run.registration.timeout:g}s)")
-        decision = outcomes.decide(error, run.claimed.attempt, run.stopping.value,
-                                   self.retry_base, self.retry_cap)
         with self._lock:
+            # Under the lock: time_out() may mark the run until this moment.
+            if run.timed_out:
+                error = TimeoutError(f"ran past the timeout of its kind"
+                                     f" ({run.registration.timeout:g}s)")
+            decision = outcomes.decide(error, run.claimed.attempt, run.stopping.value,
+                                       self.retry_base, self.retry_cap)
+            if not run.is_async:
+                self._sync_running -= 1
+            self._recent.append(run.duration)
+            self._run_seconds = sorted(self._recent)[len(self._recent) // 2]
             # Under the lock, so that abandon() never marks a run that has ended.
             self.ledger.decide(run.entry, decision.state, run.duration, decision.error,
                                decision.retry_in_seconds, decision.permanent)
@@ -224,13 +291,20 @@ class Executor:
             run.ended = True
             self._running.discard(run)
             first = not self._finished
+            if first:
+                self._finished_since = time.monotonic()
             self._finished.append(run)
             mine = self._start_more(me)
             if mine is None and me is not None:
                 me.run = None
                 me.event.clear()
                 self._idle.append(me)
-        if first:
+            # The main thread needs to know of the first ended run (its
+            # outcome is to be written) and of a slot left empty with nothing
+            # ready for it (a claim could fill it); a thread that went on to
+            # the next ready run leaves it in peace.
+            slot_left_empty = len(self._running) < self.capacity and not self._ready
+        if first or slot_left_empty:
             self._wake()
         return mine
 

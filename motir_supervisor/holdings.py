@@ -40,6 +40,15 @@ BATCH_GROWTH_MAX = 8
 RESERVE_SECONDS = 0.01
 #: Weight of the latest run in the running average of run times.
 RUN_TIME_WEIGHT = 0.2
+#: While other runs go on, ended runs' outcomes wait this long to share one
+#: write: a statement per few runs, not per run, is what keeps short jobs
+#: fast. They are safe meanwhile: the ledger holds them, and a worker's
+#: supervisor writes them if it dies. A worker with nothing left running
+#: writes at once.
+WRITE_EVERY_SECONDS = 0.02
+#: A claim in doubt when the connection broke may commit later still; its
+#: rows are looked for once more this long after the reconnect.
+CLAIM_RECHECK_SECONDS = 2.0
 #: The lease alarm goes off this long before the lease would expire.
 LEASE_ALARM_MARGIN_SECONDS = 0.5
 
@@ -84,9 +93,14 @@ class Holdings:
         self._claim_in_doubt = False
         self.last_claim_was_short = False
         self._has_timeouts: bool | None = None
-        self._latest_claim_at = 0.0
+        #: When the batch size last changed: a claim sent before that says
+        #: nothing about the size now, so its close leaves the size alone.
+        self._size_changed_at = 0.0
         #: Average run time of the latest runs here; None before the first.
         self.run_seconds: float | None = None
+        #: When the oldest outcome still to write was taken from the executor.
+        self._unwritten_since = 0.0
+        self._recheck_claims_at: float | None = None
 
     # -- claiming ----------------------------------------------------------------
 
@@ -95,9 +109,14 @@ class Holdings:
         jobs the running ones are expected to make room for within
         RESERVE_SECONDS (see there)."""
         reserve = 0
-        if self.run_seconds is not None:
-            expected = self.config.concurrency * RESERVE_SECONDS / max(self.run_seconds, 1e-6)
-            reserve = min(int(expected), self.config.concurrency)
+        # Only beside running jobs, and no more than the claims' size, which
+        # restarts at one after the queue ran dry: a burst after a quiet
+        # spell is shared by the workers, not reserved by the first.
+        if self.run_seconds is not None and self.executor.busy:
+            # Runs going on longer than the average say it is out of date.
+            seconds = max(self.run_seconds, self.executor.longest_running(time.monotonic()))
+            expected = self.config.concurrency * RESERVE_SECONDS / max(seconds, 1e-6)
+            reserve = min(int(expected), self.batch_size)
         return min(self.executor.free_slots() + reserve, self.ledger.free_entries())
 
     def claim(self) -> tuple[int, bool]:
@@ -108,11 +127,10 @@ class Holdings:
         jobs, more_due = self.store.claim_due_jobs(self.claimant, limit,
                                                    self.config.lease_seconds, self.queues)
         self._claim_in_doubt = False
-        self._latest_claim_at = sent
         if not jobs:
             # The queue is empty: whatever comes next is shared by every
             # worker it wakes, each growing its claims afresh.
-            self.batch_size = 1
+            self._resize(1, sent)
             return 0, False
         if not self.held:
             self.lease_confirmed = sent
@@ -147,10 +165,21 @@ class Holdings:
         claim.open -= 1
         if claim.open == 0:
             self._open_claims.remove(claim)
-            if claim.sent_at < self._latest_claim_at:
-                return  # a later claim has decided the size already
-            self.batch_size = next_batch_size(claim.size, claim.limit, len(claim.runs),
-                                              now - claim.sent_at, self.config.batch_size)
+            if claim.sent_at < self._size_changed_at:
+                return  # sent before the size last changed: it is out of date
+            # From its first start to its last end, as the handlers' threads
+            # saw them: not the wait behind an earlier claim's runs, nor how
+            # soon this thread got round to noticing.
+            ran = [r for r in claim.runs if r.started is not None and r.ended]
+            took = (max(r.started + r.duration for r in ran) - min(r.started for r in ran)
+                    if ran else now - claim.sent_at)
+            self._resize(next_batch_size(claim.size, claim.limit, len(claim.runs), took,
+                                         self.config.batch_size), now)
+
+    def _resize(self, size: int, now: float) -> None:
+        if size != self.batch_size:
+            self.batch_size = size
+            self._size_changed_at = now
 
     def withdraw_unstarted(self) -> None:
         """Nothing more starts here; what has not started goes back."""
@@ -173,12 +202,18 @@ class Holdings:
 
     # -- writing what happened ------------------------------------------------------
 
-    def write_finished(self) -> None:
-        """Write every ended run's outcome not written yet: one statement for
-        the outcomes, one for the runs that stopped at a checkpoint."""
+    def write_finished(self, now_or_never: bool = False) -> None:
+        """Write the ended runs' outcomes not written yet: one statement for
+        the outcomes, one for the runs that stopped at a checkpoint. While
+        others run, only once WRITE_EVERY_SECONDS have passed (see there),
+        unless ``now_or_never``."""
+        now = time.monotonic()
+        if not now_or_never and self._may_wait(now):
+            return
         finished = self.executor.take_finished()
         if finished:
-            now = time.monotonic()
+            if not self._to_write:
+                self._unwritten_since = now
             for run in finished:
                 self._close(run, now)
                 if run.duration is not None:
@@ -203,6 +238,21 @@ class Holdings:
             self._to_write = []
             for run in stopped:
                 self._log(run, "released", run.decision.summary)
+
+    def _may_wait(self, now: float) -> bool:
+        """Whether ended runs' outcomes may wait for more to share their write."""
+        if not self.executor.busy or self.ledger.free_entries() < self.config.concurrency:
+            return False
+        oldest = self._oldest_unwritten()
+        return oldest is None or now < oldest + WRITE_EVERY_SECONDS
+
+    def _oldest_unwritten(self) -> float | None:
+        """When the oldest ended run whose outcome is not written yet ended."""
+        times = [self._unwritten_since] if self._to_write else []
+        since = self.executor.finished_since()
+        if since is not None:
+            times.append(since)
+        return min(times, default=None)
 
     def release_withdrawn(self) -> None:
         """Give back the claims of runs that never started here."""
@@ -251,7 +301,7 @@ class Holdings:
         """One last try at writing; what fails is left to the supervisor,
         which finds it in the ledger once this process is gone."""
         try:
-            self.write_finished()
+            self.write_finished(now_or_never=True)
             self.release_withdrawn()
         except psycopg2.Error as exc:
             log.warning("worker %d: could not write its last outcomes (%s); its supervisor"
@@ -268,11 +318,20 @@ class Holdings:
 
     def after_reconnect(self) -> None:
         if self._claim_in_doubt:
-            released = self.store.release_claims_not_held(self.claimant, list(self.held))
             self._claim_in_doubt = False
-            if released:
-                log.warning("worker %d: released jobs %s claimed just before the connection"
-                            " was lost", self.index, released)
+            self._release_claims_not_held()
+            self._recheck_claims_at = time.monotonic() + CLAIM_RECHECK_SECONDS
+
+    def recheck_claims_if_due(self, now: float) -> None:
+        if self._recheck_claims_at is not None and now >= self._recheck_claims_at:
+            self._recheck_claims_at = None
+            self._release_claims_not_held()
+
+    def _release_claims_not_held(self) -> None:
+        released = self.store.release_claims_not_held(self.claimant, list(self.held))
+        if released:
+            log.warning("worker %d: released jobs %s claimed just before the connection"
+                        " was lost", self.index, released)
 
     # -- leases ---------------------------------------------------------------------
 
@@ -326,13 +385,13 @@ class Holdings:
     def watch(self, now: float) -> bool:
         """Slow claims, lapsing leases, timeouts; True when a sync run has just
         run past its timeout (the worker must then replace itself)."""
-        for claim in self._open_claims:
+        for claim in list(self._open_claims):
             if not claim.checked and now - claim.sent_at > SLOW_BATCH_SECONDS:
                 claim.checked = True
                 unstarted = [run for run in claim.runs if run.started is None]
                 if unstarted:
                     # They would wait for a slow run: let other workers have them.
-                    self.batch_size = 1
+                    self._resize(1, now)
                     self._withdraw_runs(unstarted)
         lease, every = self.config.lease_seconds, self.config.renew_every
         if self.held and now - self.lease_confirmed > lease - every:
@@ -377,4 +436,9 @@ class Holdings:
                    if not claim.checked]
         if self._has_timeouts:
             timers += [run.timeout_at for run in self.executor.running() if not run.is_async]
+        oldest = self._oldest_unwritten()
+        if oldest is not None:
+            timers.append(oldest + WRITE_EVERY_SECONDS)
+        if self._recheck_claims_at is not None:
+            timers.append(self._recheck_claims_at)
         return min(timers)

@@ -67,9 +67,12 @@ class Kicks:
             pass  # the pipe is full of kicks already: nobody is missing one
 
     def take(self) -> bool:
-        """One kick, if there is one left (several workers may race for it)."""
+        """Take the kicks waiting, if any are left (several workers may race
+        for them). All of them: the claim that follows takes what it has
+        room for and, when more is due after that, kicks again; kicks left
+        to pile up while every worker was busy would only cost empty claims."""
         try:
-            return bool(os.read(self._read, 1))
+            return bool(os.read(self._read, 65536))
         except BlockingIOError:
             return False
 

@@ -88,9 +88,11 @@ class Worker:
         self.token = token if config.listen else None
         self.kicks = kicks if config.listen else None
         self.title = title_setter(index)
+        # --no-listen is for PgBouncer in transaction mode, where a prepared
+        # statement may not be on the server connection the next one gets.
         self.store = db.JobStore(config.database_url,
                                  application_name=f"motir-supervisor worker {index}",
-                                 timeout_seconds=config.renew_every)
+                                 timeout_seconds=config.renew_every, prepare=config.listen)
         # Checkpoints come from handler threads; a store of their own keeps
         # the main thread's connection (and its LISTEN) out of their hands.
         self._checkpoint_store = db.JobStore(
@@ -226,6 +228,7 @@ class Worker:
         holdings = self.holdings
         while True:
             self._absorb_signals()
+            self.executor.nudge()
             now = time.monotonic()
             if holdings.watch(now):
                 self.begin_timeout_retirement()
@@ -252,12 +255,16 @@ class Worker:
         holdings = self.holdings
         if not self.store.connected:
             self._connect()
-        # Claim first: a slot a run has just left starts its next job a round
-        # trip sooner, and the ended run's outcome is safe in the ledger meanwhile.
+        # Renew first, so that a claim never starts handlers under a lease
+        # confirmed too long ago (after an outage the alarm would fire at
+        # once). Then claim before writing: a slot a run has just left starts
+        # its next job a round trip sooner, and the ended run's outcome is
+        # safe in the ledger meanwhile.
+        holdings.renew_leases_if_due(now)
+        holdings.recheck_claims_if_due(now)
         self._claim_while_room()
         holdings.write_finished()
         holdings.release_withdrawn()
-        holdings.renew_leases_if_due(now)
         self._reconnect_backoff = 0.0
         self._claim_while_room()
 
@@ -326,11 +333,11 @@ class Worker:
             wait = self._poll_backoff
         else:
             wait = self.config.poll_seconds
-        if self.token is None or self.token.held:
-            # Only the listener watches the clock for delayed jobs.
-            until_due = self.store.seconds_until_next_due(self.holdings.queues)
-            if until_due is not None:
-                wait = min(wait, max(until_due, 0.0))
+        # Every idle worker watches the clock for delayed jobs: no NOTIFY
+        # comes when a run_at passes, and the listener may be full by then.
+        until_due = self.store.seconds_until_next_due(self.holdings.queues)
+        if until_due is not None:
+            wait = min(wait, max(until_due, 0.0))
         self._idle_until = now + wait
 
     def _take_listener_token(self) -> None:
@@ -341,7 +348,7 @@ class Worker:
     def _wait(self) -> None:
         """Sleep until a signal, a handler's news, a wake-up or the next timer."""
         now = time.monotonic()
-        timers = [self.holdings.next_timer(), now + 1.0]
+        timers = [self.holdings.next_timer(), self.executor.next_nudge(), now + 1.0]
         if self.stop_requested:
             timers.append(self.drain_deadline)
         if now < self._database_retry_at:
@@ -350,9 +357,12 @@ class Worker:
             timers.append(now + 0.05)
         watch = [self._wake_r]
         room = not self.stop_requested and self.holdings.room() > 0
+        # Wake-ups go to workers with a free slot, not to one with room only
+        # for its reserve: that one would take a job another could start.
+        free = room and self.executor.free_slots() > 0
         if room and not self.may_have_work:
             timers.append(self._idle_until)
-            if self.kicks is not None:
+            if self.kicks is not None and free:
                 watch.append(self.kicks.fileno())
         if self.store.listen and self.store.connected and self._heard_wanted_notification():
             return
@@ -368,7 +378,7 @@ class Worker:
             self._drain_wake_pipe()
         if listening and self.store.fileno() in ready:
             self._heard_wanted_notification()
-        if self.kicks is not None and self.kicks.fileno() in ready and room:
+        if self.kicks is not None and self.kicks.fileno() in ready and free:
             if self.kicks.take():
                 self.may_have_work = True
                 self._take_listener_token()
