@@ -48,13 +48,13 @@ KILL_EVERY, DEPLOY_EVERY = 0.7, 4.0
 REPEATS = """
 SELECT count(*) FILTER (WHERE later AND finished_at IS NOT NULL),
        count(*) FILTER (WHERE later AND finished_at IS NULL),
-       count(*) FILTER (WHERE overlaps)
+       count(*) FILTER (WHERE overlapped)
 FROM (SELECT e.finished_at,
              EXISTS (SELECT FROM test_executions l WHERE l.job_id = e.job_id
                      AND l.execution_id > e.execution_id) AS later,
              EXISTS (SELECT FROM test_executions l WHERE l.job_id = e.job_id
                      AND l.execution_id > e.execution_id AND e.finished_at IS NOT NULL
-                     AND l.started_at < e.finished_at) AS overlaps
+                     AND l.started_at < e.finished_at) AS overlapped
       FROM test_executions e) AS runs
 """
 

@@ -153,3 +153,21 @@ def test_a_row_put_back_to_pending_notifies_and_other_updates_do_not(sql, databa
 def test_a_running_row_must_name_its_claimant(sql):
     with pytest.raises(psycopg2.errors.CheckViolation):
         sql.rows("INSERT INTO job_queue (kind, state) VALUES ('x', 'running')")
+
+
+@pytest.mark.parametrize("prepare", [True, False])
+def test_a_store_prepares_its_hot_statements_unless_told_not_to(database_url, prepare):
+    # --no-listen (PgBouncer in transaction mode) must not prepare: the next
+    # statement may reach a server connection that never saw the PREPARE.
+    store = db.JobStore(database_url, prepare=prepare)
+    try:
+        assert store.claim_due_jobs("c", 1, 30, None) == ([], False)
+        assert store.claim_due_jobs("c", 1, 30, None) == ([], False)  # prepared once only
+        with store.conn.cursor() as cur:
+            cur.execute("SELECT name FROM pg_prepared_statements")
+            names = {row[0] for row in cur.fetchall()}
+        assert names == ({"motir_claim_due_jobs"} if prepare else set())
+        store.open()  # a reconnect starts with nothing prepared
+        assert store.claim_due_jobs("c", 1, 30, None) == ([], False)
+    finally:
+        store.close()
