@@ -12,7 +12,6 @@ import dataclasses
 import importlib.resources
 import logging
 import re
-import select
 from typing import Any, Iterable, NamedTuple, Sequence
 
 import psycopg2
@@ -251,11 +250,6 @@ class JobStore:
         queues = [n.payload for n in conn.notifies]
         conn.notifies.clear()
         return queues
-
-    def wait_readable(self, extra_fds: Sequence[int], timeout: float) -> list[int]:
-        """Wait for a notification or for one of ``extra_fds``; return the ready ones."""
-        ready, _, _ = select.select([self.fileno(), *extra_fds], [], [], max(timeout, 0))
-        return ready
 
     # -- the claim and the outcomes ------------------------------------------
 

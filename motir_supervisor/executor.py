@@ -186,6 +186,11 @@ class Executor:
         with self._lock:
             return list(self._running)
 
+    @property
+    def run_seconds(self) -> float | None:
+        """The median length of the latest runs; None before the first."""
+        return self._run_seconds
+
     def longest_running(self, now: float) -> float:
         """Seconds the oldest running run has been going; 0 with none."""
         with self._lock:

@@ -38,8 +38,6 @@ BATCH_GROWTH_MAX = 8
 #: once instead of waiting a claim's round trip. None is kept for long jobs,
 #: so a job waits about this long at most while another worker may be free.
 RESERVE_SECONDS = 0.01
-#: Weight of the latest run in the running average of run times.
-RUN_TIME_WEIGHT = 0.2
 #: While other runs go on, ended runs' outcomes wait this long to share one
 #: write: a statement per few runs, not per run, is what keeps short jobs
 #: fast. They are safe meanwhile: the ledger holds them, and a worker's
@@ -96,8 +94,6 @@ class Holdings:
         #: When the batch size last changed: a claim sent before that says
         #: nothing about the size now, so its close leaves the size alone.
         self._size_changed_at = 0.0
-        #: Average run time of the latest runs here; None before the first.
-        self.run_seconds: float | None = None
         #: When the oldest outcome still to write was taken from the executor.
         self._unwritten_since = 0.0
         self._recheck_claims_at: float | None = None
@@ -112,9 +108,10 @@ class Holdings:
         # Only beside running jobs, and no more than the claims' size, which
         # restarts at one after the queue ran dry: a burst after a quiet
         # spell is shared by the workers, not reserved by the first.
-        if self.run_seconds is not None and self.executor.busy:
+        typical = self.executor.run_seconds
+        if typical is not None and self.executor.busy:
             # Runs going on longer than the average say it is out of date.
-            seconds = max(self.run_seconds, self.executor.longest_running(time.monotonic()))
+            seconds = max(typical, self.executor.longest_running(time.monotonic()))
             expected = self.config.concurrency * RESERVE_SECONDS / max(seconds, 1e-6)
             reserve = min(int(expected), self.batch_size)
         return min(self.executor.free_slots() + reserve, self.ledger.free_entries())
@@ -216,10 +213,6 @@ class Holdings:
                 self._unwritten_since = now
             for run in finished:
                 self._close(run, now)
-                if run.duration is not None:
-                    self.run_seconds = run.duration if self.run_seconds is None else (
-                        RUN_TIME_WEIGHT * run.duration
-                        + (1 - RUN_TIME_WEIGHT) * self.run_seconds)
             self._to_write.extend(finished)
         if not self._to_write:
             return
