@@ -252,7 +252,12 @@ class Executor:
         while (self._ready and len(self._running) < self.capacity and not self._stopped
                and not self.ledger.stop_asked):
             run = self._ready[0]
-            if (not run.is_async and (me is None or mine is not None) and self._holding_back()
+            # A thread that has just ended a short run takes the next one
+            # itself, unless other threads are running some: then it rests,
+            # and short runs flow through one thread instead of several
+            # taking turns at the interpreter lock.
+            if (not run.is_async and (me is None or mine is not None or self._sync_running)
+                    and self._holding_back()
                     and time.monotonic() < max(run.submitted, self._last_start)
                     + HOLD_BACK_SECONDS):
                 break
@@ -309,7 +314,10 @@ class Executor:
             # ready for it (a claim could fill it); a thread that went on to
             # the next ready run leaves it in peace.
             slot_left_empty = len(self._running) < self.capacity and not self._ready
-        if first or slot_left_empty:
+            # A thread that rests beside held-back runs: the main thread is to
+            # nudge them on if the running ones block (see nudge()).
+            rested = mine is None and me is not None and bool(self._ready)
+        if first or slot_left_empty or rested:
             self._wake()
         return mine
 
@@ -323,8 +331,15 @@ class Executor:
 
     def _announce(self, run: Run) -> None:
         count = len(self._running)
-        self._title(f"running job {run.claimed.id} {run.claimed.kind}" if count <= 1
-                    else f"running {count} jobs")
+        if self._holding_back():
+            # Runs too short to name one by one: a title per run would cost
+            # more than the run.
+            text = "running short jobs"
+        elif count <= 1:
+            text = f"running job {run.claimed.id} {run.claimed.kind}"
+        else:
+            text = f"running {count} jobs"
+        self._title(text)
 
     # -- handler threads ------------------------------------------------------------
 
@@ -391,6 +406,12 @@ class Executor:
 
 
 def title_setter(index: int) -> Callable[[str], None]:
+    """Sets worker ``index``'s process title, skipping a title already set."""
+    last = ""
+
     def title(doing: str) -> None:
-        setproctitle.setproctitle(f"motir-supervisor: worker {index} {doing}")
+        nonlocal last
+        if doing != last:
+            last = doing
+            setproctitle.setproctitle(f"motir-supervisor: worker {index} {doing}")
     return title

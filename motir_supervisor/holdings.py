@@ -101,24 +101,41 @@ class Holdings:
     # -- claiming ----------------------------------------------------------------
 
     def room(self) -> int:
-        """How many jobs to claim now: the free slots, and the reserve of
-        jobs the running ones are expected to make room for within
-        RESERVE_SECONDS (see there)."""
-        reserve = 0
+        """How many jobs to claim now; 0 when nothing should be.
+
+        That is the free slots, and the reserve of jobs the running ones are
+        expected to make room for within RESERVE_SECONDS (see there). With
+        every slot taken, the reserve is topped up only once half of it has
+        started: a claim per few hundred short jobs, not one per job that
+        started. Entries of the ledger that only a write frees can cap a claim
+        too; with every slot taken it then waits for that write rather than
+        go out small."""
+        free = self.executor.free_slots()
+        reserve = self._reserve()
+        room = min(free + reserve, self.ledger.free_entries())
+        if free <= 0 and room < max(reserve // 2, 1):
+            return 0
+        return max(room, 0)
+
+    def _reserve(self) -> int:
         # Only beside running jobs, and no more than the claims' size, which
         # restarts at one after the queue ran dry: a burst after a quiet
         # spell is shared by the workers, not reserved by the first.
         typical = self.executor.run_seconds
-        if typical is not None and self.executor.busy:
-            # Runs going on longer than the average say it is out of date.
-            seconds = max(typical, self.executor.longest_running(time.monotonic()))
-            expected = self.config.concurrency * RESERVE_SECONDS / max(seconds, 1e-6)
-            reserve = min(int(expected), self.batch_size)
-        return min(self.executor.free_slots() + reserve, self.ledger.free_entries())
+        if typical is None or not self.executor.busy:
+            return 0
+        # Runs going on longer than the average say it is out of date.
+        seconds = max(typical, self.executor.longest_running(time.monotonic()))
+        expected = self.config.concurrency * RESERVE_SECONDS / max(seconds, 1e-6)
+        return min(int(expected), self.batch_size)
 
     def claim(self) -> tuple[int, bool]:
         """Claim what the free slots can start; (jobs claimed, more due after them)."""
-        limit = min(max(self.room(), self.batch_size), self.ledger.free_entries())
+        room = self.room()
+        # Slots going empty take a whole batch; a reserve is only topped up.
+        if self.executor.free_slots() > 0:
+            room = max(room, self.batch_size)
+        limit = min(room, self.ledger.free_entries())
         sent = time.monotonic()
         self._claim_in_doubt = True
         jobs, more_due = self.store.claim_due_jobs(self.claimant, limit,
@@ -207,13 +224,7 @@ class Holdings:
         now = time.monotonic()
         if not now_or_never and self._may_wait(now):
             return
-        finished = self.executor.take_finished()
-        if finished:
-            if not self._to_write:
-                self._unwritten_since = now
-            for run in finished:
-                self._close(run, now)
-            self._to_write.extend(finished)
+        self.collect_finished()
         if not self._to_write:
             return
         recorded = [run for run in self._to_write if run.decision.state != ledger.RELEASE]
@@ -231,6 +242,20 @@ class Holdings:
             self._to_write = []
             for run in stopped:
                 self._log(run, "released", run.decision.summary)
+
+    def collect_finished(self) -> None:
+        """Take the ended runs from the executor, their outcomes to be
+        written: done before every claim, so that the batch size follows the
+        claims that have ended rather than the writes."""
+        since = self.executor.finished_since()
+        finished = self.executor.take_finished()
+        if finished:
+            now = time.monotonic()
+            if not self._to_write:
+                self._unwritten_since = now if since is None else since
+            for run in finished:
+                self._close(run, now)
+            self._to_write.extend(finished)
 
     def _may_wait(self, now: float) -> bool:
         """Whether ended runs' outcomes may wait for more to share their write."""

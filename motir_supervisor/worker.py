@@ -282,6 +282,8 @@ class Worker:
                 self.may_have_work = False
 
     def _should_claim(self) -> bool:
+        # Ended claims first: the batch size follows them, not the writes.
+        self.holdings.collect_finished()
         return (self.may_have_work and not self.stop_requested
                 and self.holdings.room() > 0)
 
