@@ -190,8 +190,10 @@ class IdleCost:
     #: One clock tick over the window: /proc counts CPU in ticks, so less
     #: than this reads as 0.
     cpu_resolution_percent: float
-    #: Commits and rollbacks in the benchmark's database per second.
-    db_transactions_per_second: float
+    #: Statements the fleet ran per second, by pg_stat_statements: every
+    #: statement of the supervisor runs in a transaction of its own
+    #: (autocommit), so this is its transactions per second too.
+    db_statements_per_second: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,6 +207,8 @@ class BenchResults:
     bloated: ThroughputRun | None
     latency: waiting.HandlerLatency | None
     io_bound: tuple[waiting.IoRun, ...]
+    #: The peers on the same IO-bound jobs; empty unless run with --peers.
+    io_peers: tuple[waiting.PeerIoRun, ...]
     idle: tuple[IdleCost, ...]
     #: None unless run with --peers; a failed peer has no figures and says why.
     peers: tuple[PeerRun, ...] | None
@@ -344,6 +348,8 @@ class Bench:
         # Observing from another database keeps the observer's own
         # transactions out of the benchmark database's counters.
         self.observer = Sql(pg.url("postgres"))
+        # What the idle fleet's statements are counted with (see count_statements).
+        self.observer.rows("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
 
     def close(self) -> None:
         self.sql.close()
@@ -458,10 +464,14 @@ class Bench:
         return ThroughputRun(workers=workers, jobs=jobs, finished_rows=finished_rows,
                              seconds=round(seconds, 3), jobs_per_second=round(jobs / seconds, 1))
 
-    def count_transactions(self) -> int:
+    def count_statements(self) -> int:
+        """Statements run so far in the benchmark's database, counted as each
+        ends (pg_stat_database would do for transactions, but an idle backend
+        publishes its counters up to 10 s late: a window of 10 s misses or
+        gains whole bursts)."""
         return self.observer.value(
-            "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = %s",
-            (DATABASE,))
+            "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements"
+            " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = %s)", (DATABASE,))
 
     def measure_idle_cost(self) -> tuple[IdleCost, ...]:
         self.prepare_queue(0)
@@ -469,26 +479,26 @@ class Bench:
             self.wait_for_idle_workers(fleet, FLEET_WORKERS)
             after_start = self.measure_idle_window(fleet, "start")
             burst = self.settings.idle_burst_jobs
+            before_burst = self.count_statements()
             self.sql.rows("INSERT INTO job_queue (kind) SELECT 'noop' FROM generate_series(1, %s)",
                           (burst,))
             self.wait_for_empty_queue(fleet, burst)
+            if self.count_statements() == before_burst:
+                # The idle figures would read 0 whatever the fleet did.
+                raise BenchError("pg_stat_statements counted none of the burst's statements")
             return after_start, self.measure_idle_window(fleet, "burst")
 
     def measure_idle_window(self, fleet: Fleet, after: str) -> IdleCost:
         settle, window = self.settings.idle_settle_seconds, self.settings.idle_seconds
         progress(f"idle fleet of {FLEET_WORKERS}, {window:g} s from {settle:g} s after its {after}")
         time.sleep(settle)  # deliberate: see Settings.idle_settle_seconds
-        ticks_before, transactions_before = fleet.cpu_ticks(), self.count_transactions()
+        ticks_before, statements_before = fleet.cpu_ticks(), self.count_statements()
         started = time.monotonic()
         time.sleep(window)  # deliberate: the idle window itself
-        transactions_after, ticks_after = self.count_transactions(), fleet.cpu_ticks()
+        statements_after, ticks_after = self.count_statements(), fleet.cpu_ticks()
         elapsed = time.monotonic() - started
         fleet.ensure_running()
-        # Backends publish their counters at most once a second (and an idle
-        # one after up to 10 s), so each end of the window misses what is
-        # still held back; in a steady state both ends miss the same on
-        # average and the difference stays fair. Only the observer's reads
-        # would add to it, and they go to another database.
+        # The observer's own reads go to another database: they are not counted.
         used = sum(ticks_after[pid] - ticks_before[pid] for pid in ticks_before
                    if pid in ticks_after)
         ticks_per_second = os.sysconf("SC_CLK_TCK")
@@ -496,8 +506,8 @@ class Bench:
             workers=FLEET_WORKERS, after=after, seconds=round(elapsed, 2),
             cpu_percent_of_core=round(100 * used / ticks_per_second / elapsed, 2),
             cpu_resolution_percent=round(100 / ticks_per_second / elapsed, 2),
-            db_transactions_per_second=round(
-                (transactions_after - transactions_before) / elapsed, 2))
+            db_statements_per_second=round(
+                (statements_after - statements_before) / elapsed, 2))
 
     def measure_peers(self) -> tuple[PeerRun, ...] | None:
         """The peers of issue 5 on the throughput runs' jobs, with the fleet's parallelism.
@@ -530,7 +540,7 @@ class Bench:
         machine = self.describe_machine()
         pgbench = self.measure_pgbench_loop()
         only = self.settings.only
-        throughput, bloated, latency, io_bound, idle = (), None, None, (), ()
+        throughput, bloated, latency, io_bound, io_peers, idle = (), None, None, (), (), ()
         if "throughput" in only:
             throughput = tuple(self.measure_throughput(w) for w in self.settings.workers_list)
             bloated = self.measure_throughput(FLEET_WORKERS, self.settings.bloat_rows)
@@ -538,13 +548,15 @@ class Bench:
             latency = waiting.measure_handler_latency(self)
         if "io" in only:
             io_bound = waiting.measure_io_bound(self)
+            if self.settings.peers:
+                io_peers = waiting.measure_io_peers(self)
         if "idle" in only:
             idle = self.measure_idle_cost()
         return BenchResults(
             measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             settings=self.settings, machine=machine, pgbench=pgbench, throughput=throughput,
-            bloated=bloated, latency=latency, io_bound=io_bound, idle=idle,
-            peers=self.measure_peers())
+            bloated=bloated, latency=latency, io_bound=io_bound, io_peers=io_peers, idle=idle,
+            peers=self.measure_peers() if "throughput" in only else None)
 
 
 # -- the report -------------------------------------------------------------------
@@ -584,8 +596,8 @@ def format_report(results: BenchResults) -> str:
             lines.append(f"  {name:<{width}} {seconds:>8.2f} {rate:>9,.0f} {rate / base:>10.2f}")
     if results.latency:
         lines += ["", *waiting.format_latency(results.latency)]
-    if results.io_bound:
-        lines += ["", *waiting.format_io(results.io_bound)]
+    if results.io_bound or results.io_peers:
+        lines += ["", *waiting.format_io(results.io_bound, results.io_peers)]
     if results.idle:
         lines += ["", f"idle fleet: --workers {FLEET_WORKERS}, default settings,"
                   f" from {s.idle_settle_seconds:g} s after its start and after a burst"
@@ -595,8 +607,8 @@ def format_report(results: BenchResults) -> str:
                 f"  after its {idle.after:<5} {idle.seconds:>5.1f} s:"
                 f" CPU {idle.cpu_percent_of_core:.2f} % of one core"
                 f" (resolution {idle.cpu_resolution_percent:g} %)"
-                f"   database {idle.db_transactions_per_second:.2f} transactions/s")
-    if results.peers is None:
+                f"   database {idle.db_statements_per_second:.2f} statements/s")
+    if results.peers is None and not results.io_peers:
         lines += ["", "peers: not measured (run with --peers)"]
     else:
         lines += ["", "peers: each in its own database of this server, timed like the"
@@ -687,7 +699,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # pytest-postgresql starts the server with -F (fsync off) whatever we
         # pass; a later -c wins, and everything else stays at its default.
         with ThrowawayPostgres(
-                postgres_options=f"-c fsync=on -c max_connections={MAX_CONNECTIONS}") as pg:
+                postgres_options=f"-c fsync=on -c max_connections={MAX_CONNECTIONS}"
+                                 " -c shared_preload_libraries=pg_stat_statements") as pg:
             bench = Bench(pg, settings)
             try:
                 results = bench.measure_everything()

@@ -46,5 +46,5 @@ def test_the_smoke_benchmark_reports_every_figure(tmp_path):
         assert run["peak_pss_mib"] > 0 and run["peak_connections"] >= 4, run
     assert [idle["after"] for idle in results["idle"]] == ["start", "burst"]
     for idle in results["idle"]:
-        assert idle["cpu_percent_of_core"] >= 0 and idle["db_transactions_per_second"] >= 0
+        assert idle["cpu_percent_of_core"] >= 0 and idle["db_statements_per_second"] >= 0
     assert results["peers"] is None

@@ -23,6 +23,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 import tomllib
 from pathlib import Path
 from typing import Callable
@@ -37,6 +39,8 @@ NPM_PREFIX = ROOT / ".bench" / "npm"
 #: slowest peer measured so far runs about 500 jobs/s.
 SLOWEST_JOBS_PER_SECOND = 50
 INSTALL_TIMEOUT_SECONDS = 600
+#: How often run_driver lets its caller look at a running driver.
+SAMPLE_EVERY_SECONDS = 0.1
 
 
 class PeerFailure(RuntimeError):
@@ -109,6 +113,36 @@ def configurations(parallelism: int) -> tuple[PeerConfiguration, ...]:
         PeerConfiguration("pg-boss", "node", "pg_boss_run.mjs",
                           ("--workers", n),
                           f"1 process x {n} workers, batch 100"),
+    )
+
+
+def io_configurations(slots: int) -> tuple[PeerConfiguration, ...]:
+    """Each peer running ``slots`` waiting jobs at once, in its documented way.
+
+    All four run the wait as a coroutine or a promise, many in one process:
+    procrastinate with ``concurrency`` sub-workers, pgqueuer with
+    ``max_concurrent_tasks`` (and a batch of half that, the most it allows),
+    graphile-worker with ``concurrency``, pg-boss with ``localConcurrency``
+    workers fetching batches of 4 whose jobs wait together (its burst
+    fetching needs batches larger than 1; a worker of one job waits
+    ``pollingIntervalSeconds``, 0.5 s at least, between two).
+    """
+    n = str(slots)
+    half = str(max(1, slots // 2))
+    boss_workers = str(max(1, slots // 4))
+    return (
+        PeerConfiguration("procrastinate", "python", "procrastinate_run.py",
+                          ("--processes", "1", "--concurrency", n),
+                          f"1 process x concurrency {n}"),
+        PeerConfiguration("pgqueuer", "python", "pgqueuer_run.py",
+                          ("--processes", "1", "--batch-size", half,
+                           "--max-concurrent-tasks", n),
+                          f"1 process x batch {half}, at most {n} at once"),
+        PeerConfiguration("graphile-worker", "node", "graphile_worker_run.mjs",
+                          ("--concurrency", n), f"1 process x concurrency {n}"),
+        PeerConfiguration("pg-boss", "node", "pg_boss_run.mjs",
+                          ("--workers", boss_workers, "--batch-size", "4"),
+                          f"1 process x {boss_workers} workers, batch 4"),
     )
 
 
@@ -214,22 +248,41 @@ def driver_environment() -> dict[str, str]:
 
 
 def run_driver(config: PeerConfiguration, installed: Path, url: str, jobs: int,
-               log_path: Path) -> dict:
-    timeout = 120 + jobs / SLOWEST_JOBS_PER_SECOND
-    with open(log_path, "w") as log:
+               log_path: Path, wait_ms: float = 0.0,
+               sample: Callable[[int], None] | None = None) -> dict:
+    """The driver's JSON line; ``sample(driver_pid)`` is called every
+    SAMPLE_EVERY_SECONDS while it runs (to watch its workers)."""
+    timeout = 120 + jobs / SLOWEST_JOBS_PER_SECOND + jobs * wait_ms / 1000
+    command = driver_command(config, installed, url, jobs)
+    if wait_ms:
+        command += ["--wait-ms", f"{wait_ms:g}"]
+    with open(log_path, "w") as log, tempfile.TemporaryFile("w+") as out:
+        driver = subprocess.Popen(command, env=driver_environment(), cwd=ROOT, stdout=out,
+                                  stderr=log, text=True)
+        deadline = time.monotonic() + timeout
         try:
-            done = subprocess.run(driver_command(config, installed, url, jobs),
-                                  env=driver_environment(), cwd=ROOT, stdout=subprocess.PIPE,
-                                  stderr=log, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise PeerFailure(f"no result within {timeout:.0f}s") from None
-    if done.returncode != 0:
-        raise PeerFailure(f"driver exited {done.returncode}:"
+            while True:
+                try:
+                    driver.wait(SAMPLE_EVERY_SECONDS)
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() > deadline:
+                        raise PeerFailure(f"no result within {timeout:.0f}s") from None
+                    if sample is not None:
+                        sample(driver.pid)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+                driver.wait()
+        out.seek(0)
+        stdout = out.read()
+    if driver.returncode != 0:
+        raise PeerFailure(f"driver exited {driver.returncode}:"
                           f" {one_line(log_path.read_text(errors='replace'))}")
     try:
-        result = json.loads(done.stdout.strip().splitlines()[-1])
+        result = json.loads(stdout.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError):
-        raise PeerFailure(f"driver printed no JSON line: {one_line(done.stdout)}") from None
+        raise PeerFailure(f"driver printed no JSON line: {one_line(stdout)}") from None
     if result["succeeded"] != jobs:
         raise PeerFailure(f"{result['succeeded']} of {jobs} jobs succeeded")
     if any(code != 0 for code in result.get("worker_exit_codes", [])):
@@ -239,10 +292,13 @@ def run_driver(config: PeerConfiguration, installed: Path, url: str, jobs: int,
 
 
 def measure(config: PeerConfiguration, runtimes: Runtimes, url: str, jobs: int,
-            log_path: Path) -> PeerRun:
-    """One peer configuration on ``jobs`` no-ops in the empty database at ``url``."""
+            log_path: Path, wait_ms: float = 0.0,
+            sample: Callable[[int], None] | None = None) -> PeerRun:
+    """One peer configuration on ``jobs`` jobs in the empty database at ``url``:
+    no-ops, or jobs that each wait ``wait_ms`` (see run_driver for ``sample``)."""
     try:
-        result = run_driver(config, runtimes.get(config.runtime), url, jobs, log_path)
+        result = run_driver(config, runtimes.get(config.runtime), url, jobs, log_path,
+                            wait_ms, sample)
     except PeerFailure as exc:
         return PeerRun(peer=config.peer, configuration=config.configuration, version=None,
                        jobs=jobs, seconds=None, jobs_per_second=None, failure=str(exc))

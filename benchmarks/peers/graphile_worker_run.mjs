@@ -1,7 +1,7 @@
 // graphile-worker on bin/bench's no-op jobs: run by node, never imported.
 //
 // graphile_worker_run.mjs URL --jobs N --node-modules DIR [--processes P]
-//     [--concurrency C] [--local-queue]
+//     [--concurrency C] [--local-queue] [--wait-ms W]
 //
 // Migrates graphile-worker's schema into the (empty) database at URL, adds
 // N no-op jobs with its bulk API (WorkerUtils.addJobs), then starts P worker
@@ -11,7 +11,8 @@
 // and failures batched with a delay of 0). It prints one JSON line: the
 // seconds from starting the workers to an empty queue, timed the way
 // bin/bench times motir-supervisor (worker start up included, the queue
-// checked every 50 ms), and how many jobs succeeded.
+// checked every 50 ms), and how many jobs succeeded. A job does nothing, or
+// with --wait-ms awaits a timer that long (bin/bench's IO-bound runs).
 //
 // The packages come from DIR (bin/bench's .bench/npm/node_modules), so
 // nothing of them lives in this repository. Only graphile-worker's public
@@ -20,7 +21,7 @@
 import { parseArgs } from "node:util";
 import path from "node:path";
 
-import { installedVersion, load, settle, timeWorkers } from "./timing.mjs";
+import { installedVersion, load, settle, sleep, timeWorkers } from "./timing.mjs";
 
 const ADD_SLICE = 5000;
 // A completed job is deleted; one that failed for good stays with its attempts spent.
@@ -35,6 +36,7 @@ const { values: opts, positionals } = parseArgs({
     processes: { type: "string", default: "1" },
     concurrency: { type: "string", default: "4" },
     "local-queue": { type: "boolean", default: false },
+    "wait-ms": { type: "string", default: "0" },
     work: { type: "boolean", default: false },
   },
 });
@@ -43,6 +45,7 @@ const nodeModules = path.resolve(opts["node-modules"]);
 const jobs = Number(opts.jobs);
 const processes = Number(opts.processes);
 const concurrency = Number(opts.concurrency);
+const waitMs = Number(opts["wait-ms"]);
 
 const worker = await load(nodeModules, "graphile-worker");
 const pg = (await load(nodeModules, "pg")).default;
@@ -79,7 +82,7 @@ async function prepare() {
 
 async function work() {
   await worker.runOnce({ concurrency, noHandleSignals: false, logger, preset: preset(),
-                         taskList: { noop: async () => {} } });
+                         taskList: { noop: async () => { if (waitMs) await sleep(waitMs); } } });
 }
 
 async function measure() {
@@ -87,7 +90,7 @@ async function measure() {
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   const args = [process.argv[1], url, "--work", "--node-modules", nodeModules,
-                "--concurrency", String(concurrency)];
+                "--concurrency", String(concurrency), "--wait-ms", String(waitMs)];
   if (opts["local-queue"]) args.push("--local-queue");
   const { seconds, exitCodes } = await timeWorkers({
     args, processes, queueHasWork: async () => (await client.query(QUEUE_HAS_WORK)).rows[0].exists,

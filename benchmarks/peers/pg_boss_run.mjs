@@ -1,7 +1,7 @@
 // pg-boss on bin/bench's no-op jobs: run by node, never imported.
 //
 // pg_boss_run.mjs URL --jobs N --node-modules DIR [--processes P] [--workers W]
-//     [--batch-size B]
+//     [--batch-size B] [--wait-ms W]
 //
 // Starts pg-boss once on the (empty) database at URL (which installs its
 // schema), creates the queue and inserts N no-op jobs with its bulk API
@@ -12,7 +12,9 @@
 // workers are stopped gracefully once the queue is empty. It prints one JSON
 // line: the seconds from starting the workers to an empty queue, timed the
 // way bin/bench times motir-supervisor (worker start up included, the queue
-// checked every 50 ms), and how many jobs completed.
+// checked every 50 ms), and how many jobs completed. A job does nothing, or
+// with --wait-ms awaits a timer that long (bin/bench's IO-bound runs; each
+// job of a batch its own timer, all at once).
 //
 // The packages come from DIR (bin/bench's .bench/npm/node_modules), so
 // nothing of them lives in this repository. Only pg-boss's public API runs
@@ -21,7 +23,7 @@
 import { parseArgs } from "node:util";
 import path from "node:path";
 
-import { installedVersion, load, settle, timeWorkers } from "./timing.mjs";
+import { installedVersion, load, settle, sleep, timeWorkers } from "./timing.mjs";
 
 const INSERT_SLICE = 5000;
 const QUEUE = "noop";
@@ -38,6 +40,7 @@ const { values: opts, positionals } = parseArgs({
     processes: { type: "string", default: "1" },
     workers: { type: "string", default: "4" },
     "batch-size": { type: "string", default: "100" },
+    "wait-ms": { type: "string", default: "0" },
     work: { type: "boolean", default: false },
   },
 });
@@ -47,6 +50,7 @@ const jobs = Number(opts.jobs);
 const processes = Number(opts.processes);
 const workers = Number(opts.workers);
 const batchSize = Number(opts["batch-size"]);
+const waitMs = Number(opts["wait-ms"]);
 
 const { PgBoss } = await load(nodeModules, "pg-boss");
 const pg = (await load(nodeModules, "pg")).default;
@@ -73,7 +77,9 @@ async function work() {
   const boss = makeBoss();
   await boss.start();
   await boss.work(QUEUE, { localConcurrency: workers, batchSize, burstWhenBatchFull: true },
-                  async () => {});
+                  async (batch) => {
+                    if (waitMs) await Promise.all(batch.map(() => sleep(waitMs)));
+                  });
   await new Promise((resolve) => process.once("SIGTERM", resolve));
   await boss.stop({ graceful: true });
 }
@@ -83,7 +89,8 @@ async function measure() {
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   const args = [process.argv[1], url, "--work", "--node-modules", nodeModules,
-                "--workers", String(workers), "--batch-size", String(batchSize)];
+                "--workers", String(workers), "--batch-size", String(batchSize),
+                "--wait-ms", String(waitMs)];
   const { seconds, exitCodes } = await timeWorkers({
     args, processes, stopWhenEmpty: true,
     queueHasWork: async () => (await client.query(QUEUE_HAS_WORK, [QUEUE])).rows[0].exists,

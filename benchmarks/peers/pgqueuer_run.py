@@ -1,8 +1,8 @@
 """pgqueuer on bin/bench's no-op jobs: run by the peers venv's python, never imported.
 
-``pgqueuer_run.py URL --jobs N --processes P --batch-size B [--max-concurrent-tasks M]``
-installs pgqueuer's schema in the (empty) database at URL with the
-autovacuum settings its performance guide recommends, enqueues N no-op jobs
+``pgqueuer_run.py URL --jobs N --processes P --batch-size B [--max-concurrent-tasks M]
+[--wait-ms W]`` installs pgqueuer's schema in the (empty) database at URL with
+the autovacuum settings its performance guide recommends, enqueues N jobs
 with its bulk API (``Queries.enqueue`` with lists), then starts P worker
 processes, each a ``PgQueuer`` over one asyncpg connection (the driver and
 the single connection its guide recommends for a worker) running
@@ -10,7 +10,8 @@ the single connection its guide recommends for a worker) running
 the queue is empty. It prints one JSON line: the seconds from starting the
 workers to an empty queue, timed the way bin/bench times motir-supervisor
 (worker start up included, the queue checked every 50 ms), and how many
-jobs were logged successful.
+jobs were logged successful. A job does nothing, or with ``--wait-ms`` awaits
+``asyncio.sleep`` that long (bin/bench's IO-bound runs).
 
 Only pgqueuer's public API runs the jobs; the SQL here only observes.
 """
@@ -54,14 +55,16 @@ async def prepare(url: str, jobs: int) -> None:
         await conn.close()
 
 
-async def work(url: str, batch_size: int, max_concurrent_tasks: int | None) -> None:
+async def work(url: str, batch_size: int, max_concurrent_tasks: int | None,
+               wait_seconds: float) -> None:
     conn = await asyncpg.connect(url)
     try:
         pgq = PgQueuer.from_asyncpg_connection(conn)
 
         @pgq.entrypoint("noop")
         async def noop(job: pgqueuer.Job) -> None:
-            pass
+            if wait_seconds:
+                await asyncio.sleep(wait_seconds)
 
         await pgq.run(batch_size=batch_size, max_concurrent_tasks=max_concurrent_tasks,
                       mode=QueueExecutionMode.drain)
@@ -88,9 +91,10 @@ class QueueWatcher:
 
 
 def measure(url: str, jobs: int, processes: int, batch_size: int,
-            max_concurrent_tasks: int | None) -> dict:
+            max_concurrent_tasks: int | None, wait_ms: float) -> dict:
     asyncio.run(prepare(url, jobs))
-    command = [sys.executable, __file__, url, "--work", "--batch-size", str(batch_size)]
+    command = [sys.executable, __file__, url, "--work", "--batch-size", str(batch_size),
+               "--wait-ms", str(wait_ms)]
     if max_concurrent_tasks:
         command += ["--max-concurrent-tasks", str(max_concurrent_tasks)]
     watcher = QueueWatcher(url)
@@ -112,13 +116,15 @@ def main() -> int:
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=10)
     parser.add_argument("--max-concurrent-tasks", type=int)
+    parser.add_argument("--wait-ms", type=float, default=0.0)
     parser.add_argument("--work", action="store_true", help="be one worker process")
     args = parser.parse_args()
     if args.work:
-        asyncio.run(work(args.url, args.batch_size, args.max_concurrent_tasks))
+        asyncio.run(work(args.url, args.batch_size, args.max_concurrent_tasks,
+                         args.wait_ms / 1000))
         return 0
     print(json.dumps(measure(args.url, args.jobs, args.processes, args.batch_size,
-                             args.max_concurrent_tasks)))
+                             args.max_concurrent_tasks, args.wait_ms)))
     return 0
 
 

@@ -31,6 +31,11 @@ export async function settle(pg, url) {
 
 const EMPTY_QUEUE_CHECK_MS = 50;
 
+// A job's wait on a network, without CPU.
+export function sleep(ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
 function exited(child) {
   return new Promise((resolve) => {
     if (child.exitCode !== null) resolve(child.exitCode);
@@ -49,7 +54,7 @@ export async function timeWorkers({ args, processes, queueHasWork, stopWhenEmpty
   let running = processes;
   codes.forEach((code) => code.then(() => { running -= 1; }));
   while (await queueHasWork() && running > 0) {
-    await new Promise((resolve) => setTimeout(resolve, EMPTY_QUEUE_CHECK_MS));
+    await sleep(EMPTY_QUEUE_CHECK_MS);
   }
   const seconds = (performance.now() - started) / 1000;
   if (stopWhenEmpty) children.forEach((child) => child.kill("SIGTERM"));
