@@ -141,3 +141,51 @@ def test_worker_kills_rerun_only_the_jobs_that_were_running(executions, start_su
         " AND EXISTS (SELECT FROM test_executions l WHERE l.job_id = e.job_id"
         " AND l.execution_id > e.execution_id)")
     assert rerun_after_finishing <= kills, (rerun_after_finishing, kills)
+
+
+def listener_of(supervisor):
+    """The worker holding the listener token: its POSIX lock names its pid."""
+    workers = set(supervisor.worker_pids())
+    holders = {int(line.split()[4]) for line in open("/proc/locks")
+               if line.split()[1] == "POSIX"}
+    found = workers & holders
+    return found.pop() if len(found) == 1 else None
+
+
+def test_a_listener_killed_loses_no_wake_up(executions, start_supervisor):
+    # A long poll: only a wake-up can start these jobs within seconds.
+    supervisor = start_supervisor("--workers", "3", "--poll-seconds", "30")
+    supervisor.wait_for_workers(3)
+    [first] = enqueue(executions, "record")
+    wait_until(lambda: state_of(executions, first) == "succeeded", 5)
+    for _ in range(3):
+        listener = wait_until(lambda: listener_of(supervisor), 5, message="a listener")
+        os.kill(listener, signal.SIGKILL)
+        # Inserted while nobody listens: the worker that takes the token over
+        # claims once before it waits, and finds it.
+        [job_id] = enqueue(executions, "record")
+        wait_until(lambda: state_of(executions, job_id) == "succeeded", 5,
+                   message="the job inserted while the listener was dead")
+        assert listener not in supervisor.worker_pids()
+        supervisor.wait_for_workers(3)
+
+
+def test_a_busy_listener_hands_its_wake_ups_on(executions, start_supervisor):
+    # One slot per worker and a long poll: a job the busy listener hears of
+    # must reach the other worker through the kick pipe within milliseconds.
+    supervisor = start_supervisor("--workers", "2", "--concurrency", "1",
+                                  "--poll-seconds", "30")
+    supervisor.wait_for_workers(2)
+    listener = wait_until(lambda: listener_of(supervisor), 5, message="a listener")
+    # In an idle fleet the listener hears a new job first and claims it itself.
+    [long_job] = enqueue(executions, "record", '{"sleep": 3}')
+    wait_until(lambda: starts(executions, [long_job]), 5)
+    assert starts(executions, [long_job])[0][0] == listener
+    [quick] = enqueue(executions, "record")
+    wait_until(lambda: state_of(executions, quick) == "succeeded", 2,
+               message="the job the busy listener heard of")
+    pid, waited = executions.rows(
+        "SELECT e.pid, extract(epoch FROM e.started_at - j.created_at) FROM test_executions e"
+        " JOIN job_queue j ON j.id = e.job_id WHERE j.id = %s", (quick,))[0]
+    assert pid != listener and waited < 1.0, (pid, waited)
+    assert state_of(executions, long_job) == "running"
