@@ -141,6 +141,8 @@ class Executor:
         self._run_seconds: float | None = None
         #: When a sync run last started: held-back runs wait while this moves.
         self._last_start = 0.0
+        #: The thread that run was started on.
+        self._last_starter: _Thread | None = None
         self._idle: list[_Thread] = []
         self._stopped = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -253,10 +255,13 @@ class Executor:
                and not self.ledger.stop_asked):
             run = self._ready[0]
             # A thread that has just ended a short run takes the next one
-            # itself, unless other threads are running some: then it rests,
-            # and short runs flow through one thread instead of several
-            # taking turns at the interpreter lock.
-            if (not run.is_async and (me is None or mine is not None or self._sync_running)
+            # itself, unless another thread started one within
+            # HOLD_BACK_SECONDS (it is taking them one after the other): then
+            # it rests, and short runs flow through one thread instead of
+            # several taking turns at the interpreter lock. A thread stuck in
+            # a long run started long ago, so it holds nobody back.
+            others_flow = self._sync_running and self._last_starter is not me
+            if (not run.is_async and (me is None or mine is not None or others_flow)
                     and self._holding_back()
                     and time.monotonic() < max(run.submitted, self._last_start)
                     + HOLD_BACK_SECONDS):
@@ -272,12 +277,16 @@ class Executor:
             self._last_start = run.started
             if me is not None and mine is None:
                 mine = run
+                self._last_starter = me
             elif self._idle:
                 thread = self._idle.pop()
                 thread.run = run
+                self._last_starter = thread
                 thread.event.set()
             else:
-                threading.Thread(target=self._serve, args=(_Thread(run),),
+                thread = _Thread(run)
+                self._last_starter = thread
+                threading.Thread(target=self._serve, args=(thread,),
                                  name="handler", daemon=True).start()
         return mine
 
@@ -408,10 +417,12 @@ class Executor:
 def title_setter(index: int) -> Callable[[str], None]:
     """Sets worker ``index``'s process title, skipping a title already set."""
     last = ""
+    lock = threading.Lock()
 
     def title(doing: str) -> None:
         nonlocal last
         if doing != last:
-            last = doing
-            setproctitle.setproctitle(f"motir-supervisor: worker {index} {doing}")
+            with lock:  # handler threads set it too: the last one set wins
+                last = doing
+                setproctitle.setproctitle(f"motir-supervisor: worker {index} {doing}")
     return title

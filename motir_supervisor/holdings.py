@@ -129,9 +129,9 @@ class Holdings:
         expected = self.config.concurrency * RESERVE_SECONDS / max(seconds, 1e-6)
         return min(int(expected), self.batch_size)
 
-    def claim(self) -> tuple[int, bool]:
-        """Claim what the free slots can start; (jobs claimed, more due after them)."""
-        room = self.room()
+    def claim(self, room: int) -> tuple[int, bool]:
+        """Claim ``room`` jobs (as room() said just before, > 0), or a whole
+        batch for free slots; (jobs claimed, more due after them)."""
         # Slots going empty take a whole batch; a reserve is only topped up.
         if self.executor.free_slots() > 0:
             room = max(room, self.batch_size)

@@ -269,8 +269,8 @@ class Worker:
         self._claim_while_room()
 
     def _claim_while_room(self) -> None:
-        while self._should_claim():
-            claimed, more_due = self.holdings.claim()
+        while (room := self._room_to_claim()) > 0:
+            claimed, more_due = self.holdings.claim(room)
             if more_due and self.kicks is not None:
                 self.kicks.kick()
             if not claimed:
@@ -281,11 +281,14 @@ class Worker:
             if self.holdings.last_claim_was_short:
                 self.may_have_work = False
 
-    def _should_claim(self) -> bool:
+    def _room_to_claim(self) -> int:
+        """How many jobs to claim now (computed once: the reserve moves with
+        the clock); 0 for none."""
         # Ended claims first: the batch size follows them, not the writes.
         self.holdings.collect_finished()
-        return (self.may_have_work and not self.stop_requested
-                and self.holdings.room() > 0)
+        if not self.may_have_work or self.stop_requested:
+            return 0
+        return self.holdings.room()
 
     def begin_timeout_retirement(self) -> None:
         """A sync handler ran past its timeout and cannot be stopped from
