@@ -9,6 +9,6 @@ Handlers register with :func:`job`::
         ...
 """
 
-from .registry import Interrupted, Job, PermanentFailure, job
+from .registry import Interrupted, Job, PermanentFailure, Snooze, job
 
-__all__ = ["Interrupted", "Job", "PermanentFailure", "job"]
+__all__ = ["Interrupted", "Job", "PermanentFailure", "Snooze", "job"]

@@ -8,6 +8,7 @@ supervisor; it runs no SQL itself.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import importlib.util
 import json
 import sys
@@ -15,9 +16,11 @@ from typing import Iterator
 
 import click
 import psycopg2
+import psycopg2.errors
 
 from . import db
 from .logs import configure_logging
+from .schedules import Schedule, instant_text
 from .config import DEFAULT_CONCURRENCY, Config, ConfigError
 from .supervisor import Supervisor
 
@@ -162,16 +165,46 @@ def migrate(database_url) -> None:
 @click.option("--queue", default="default", show_default=True)
 @click.option("--max-attempts", type=click.IntRange(min=1), default=None,
               help="Runs before the job ends failed (default: the schema's).")
-def enqueue(database_url, kind, payload, delay, queue, max_attempts) -> None:
-    """Insert one job and print its id."""
+@click.option("--priority", type=click.IntRange(-32768, 32767), default=0, show_default=True,
+              help="Smaller runs first among due jobs.")
+@click.option("--unique-key", default=None,
+              help="At most one pending or running job of the queue has this key.")
+def enqueue(database_url, kind, payload, delay, queue, max_attempts, priority,
+            unique_key) -> None:
+    """Insert one job and print its id (or the id of the job holding --unique-key)."""
     try:
         decoded = json.loads(payload)
     except json.JSONDecodeError as exc:
         raise click.ClickException(f"--payload is not valid JSON: {exc}") from None
     with database(database_url, "enqueue") as store:
-        job_id = store.enqueue(kind, decoded, queue=queue, delay_seconds=delay,
-                               max_attempts=max_attempts)
+        job_id, inserted = store.enqueue(kind, decoded, queue=queue, delay_seconds=delay,
+                                         max_attempts=max_attempts, priority=priority,
+                                         unique_key=unique_key)
     click.echo(job_id)
+    if not inserted:
+        click.echo(f"job {job_id} is already pending or running with unique key"
+                   f" {unique_key!r} in queue {queue!r}; nothing was inserted", err=True)
+
+
+@main.command()
+@database_option
+@click.argument("queue")
+def pause(database_url, queue) -> None:
+    """Stop claiming QUEUE's jobs on every supervisor; running ones finish."""
+    with database(database_url, "pause") as store:
+        changed = store.pause_queue(queue)
+    click.echo(f"queue {queue!r} is paused" if changed else f"queue {queue!r} was paused already")
+
+
+@main.command()
+@database_option
+@click.argument("queue")
+def resume(database_url, queue) -> None:
+    """Claim QUEUE's jobs again, on every supervisor."""
+    with database(database_url, "resume") as store:
+        changed = store.resume_queue(queue)
+    click.echo(f"queue {queue!r} is running again" if changed
+               else f"queue {queue!r} was not paused")
 
 
 @main.command()
@@ -192,6 +225,14 @@ def status(database_url) -> None:
         click.echo(f"  job {job_id} {kind} ({queue}) attempt {attempts} by {claimant},"
                    f" lease {'expired' if lease_left < 0 else f'{lease_left:.0f}s left'}")
     click.echo(f"expired leases: {report['expired_leases']}")
+    click.echo("paused queues: " + (", ".join(
+        f"{queue} (for {seconds:.0f}s)" for queue, seconds in report["paused"]) or "none"))
+    click.echo("schedules:" + ("" if report["schedules"] else " none"))
+    for kind, spec, last in report["schedules"]:
+        upcoming = Schedule.from_spec(kind, spec).following(
+            report["now"].astimezone(datetime.timezone.utc))
+        click.echo(f"  {kind:<20} {spec:<16} last {instant_text(last)},"
+                   f" next {instant_text(upcoming)}")
 
 
 @main.command()
@@ -204,13 +245,26 @@ def retry(database_url, job_id, kind) -> None:
         raise click.UsageError("give either a JOB_ID or --kind KIND")
     with database(database_url, "retry") as store:
         if kind is not None:
-            ids = store.retry_failed_of_kind(kind)
+            try:
+                ids = store.retry_failed_of_kind(kind)
+            except psycopg2.errors.UniqueViolation:
+                raise click.ClickException(
+                    f"a {kind} job was enqueued with the unique key of a failed one while"
+                    " retrying; nothing was retried, try again") from None
             click.echo(f"{len(ids)} failed {kind} jobs are pending again")
             return
-        result = store.retry_job(job_id)
+        try:
+            result = store.retry_job(job_id)
+        except psycopg2.errors.UniqueViolation:
+            raise click.ClickException(
+                f"a job with job {job_id}'s unique key was enqueued while retrying it;"
+                " nothing was retried") from None
     if result is None:
         raise click.ClickException(f"no job {job_id}")
-    state, changed = result
+    state, changed, holder = result
+    if holder is not None and state in ("failed", "cancelled"):
+        raise click.ClickException(
+            f"job {job_id} stays {state}: job {holder} holds its unique key and runs instead")
     if not changed:
         raise click.ClickException(
             f"job {job_id} is {state}; only failed or cancelled jobs can be retried")

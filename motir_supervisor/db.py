@@ -106,6 +106,14 @@ class Outcome(NamedTuple):
     error: str | None = None
     retry_in_seconds: float = 0.0
     permanent: bool = False
+    #: The handler raised Snooze: pending again after retry_in_seconds, the
+    #: attempt handed back.
+    snoozed: bool = False
+
+
+#: How often enqueue tries again when a unique key's holder finished between
+#: the insert that found it and the look-up of its id.
+UNIQUE_KEY_TRIES = 5
 
 
 def describe_dsn(dsn: str) -> str:
@@ -283,7 +291,7 @@ class JobStore:
         """(job id, new state, kind) of the rows still ours that were written."""
         if not outcomes:
             return []
-        if all(o.error is None for o in outcomes):
+        if all(o.error is None and not o.snoozed for o in outcomes):
             rows = self._run("record_successes", {
                 "claimant": claimant, "ids": [o.job_id for o in outcomes]})
         else:
@@ -292,7 +300,8 @@ class JobStore:
                 "ids": [o.job_id for o in outcomes],
                 "errors": [o.error for o in outcomes],
                 "retry_in_seconds": [o.retry_in_seconds for o in outcomes],
-                "permanent": [o.permanent for o in outcomes]})
+                "permanent": [o.permanent for o in outcomes],
+                "snoozed": [o.snoozed for o in outcomes]})
         return [tuple(row) for row in rows]
 
     def save_checkpoint(self, job_id: int, claimant: str, data: Any) -> bool:
@@ -322,18 +331,57 @@ class JobStore:
     # -- producers and operators ---------------------------------------------
 
     def enqueue(self, kind: str, payload: Any = None, *, queue: str = "default",
-                delay_seconds: float = 0, max_attempts: int | None = None) -> int:
+                delay_seconds: float = 0, max_attempts: int | None = None, priority: int = 0,
+                unique_key: str | None = None) -> tuple[int, bool]:
+        """(job id, inserted): with a ``unique_key`` another pending or running
+        job of the queue holds, nothing is inserted and that job's id returns."""
         params = {"kind": kind, "payload": psycopg2.extras.Json({} if payload is None else payload),
-                  "queue": queue, "delay_seconds": delay_seconds, "max_attempts": max_attempts}
+                  "queue": queue, "delay_seconds": delay_seconds, "max_attempts": max_attempts,
+                  "priority": priority, "unique_key": unique_key}
         name = "enqueue" if max_attempts is None else "enqueue_with_max_attempts"
-        return self._run(name, params)[0][0]
+        for _ in range(UNIQUE_KEY_TRIES):
+            rows = self._run(name, params)
+            if rows:
+                return rows[0][0], True
+            holder = self._run("job_holding_unique_key", params)
+            if holder:
+                return holder[0][0], False
+            # The holder finished in between and freed the key: insert again.
+        raise RuntimeError(f"unique key {unique_key!r} of queue {queue!r} kept changing hands;"
+                           f" try again")
+
+    def database_now(self) -> Any:
+        """The database's clock, as an aware datetime."""
+        return self._run("database_now")[0][0]
+
+    def enqueue_scheduled(self, kind: str, spec: str, instant: Any,
+                          instant_text: str) -> int | None:
+        """The new job's id, or None when another supervisor enqueued this
+        instant (or a later one) first (see enqueue_scheduled in queries.sql)."""
+        rows = self._run("enqueue_scheduled", {"kind": kind, "spec": spec, "instant": instant,
+                                               "instant_text": instant_text})
+        return rows[0][0] if rows else None
+
+    def schedules(self) -> list[tuple[str, str, Any]]:
+        """(kind, spec, last instant) of every schedule the fleet has seen."""
+        return [tuple(row) for row in self._run("schedules")]
+
+    def pause_queue(self, queue: str) -> bool:
+        """False if it was paused already."""
+        return bool(self._run("pause_queue", {"queue": queue}))
+
+    def resume_queue(self, queue: str) -> bool:
+        """False if it was not paused."""
+        return bool(self._run("resume_queue", {"queue": queue}))
 
     def cancel_job(self, job_id: int) -> tuple[str, bool] | None:
         """(state before, changed) or None for an unknown id."""
         rows = self._run("cancel_job", {"id": job_id})
         return tuple(rows[0]) if rows else None
 
-    def retry_job(self, job_id: int) -> tuple[str, bool] | None:
+    def retry_job(self, job_id: int) -> tuple[str, bool, int | None] | None:
+        """(state before, changed, the job holding its unique key) or None
+        for an unknown id."""
         rows = self._run("retry_job", {"id": job_id})
         return tuple(rows[0]) if rows else None
 
@@ -351,6 +399,9 @@ class JobStore:
             "oldest_due_seconds": self._run("status_oldest_due")[0][0],
             "running": self._run("status_running"),
             "expired_leases": self._run("status_expired_leases")[0][0],
+            "paused": self._run("paused_queues"),
+            "schedules": self.schedules(),
+            "now": self.database_now(),
         }
 
     # -- schema ----------------------------------------------------------------

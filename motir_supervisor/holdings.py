@@ -231,7 +231,8 @@ class Holdings:
         if recorded:
             states = self.store.record_outcomes(self.claimant, [
                 db.Outcome(run.claimed.id, run.decision.error, run.decision.retry_in_seconds,
-                           run.decision.permanent) for run in recorded])
+                           run.decision.permanent, run.decision.state == ledger.SNOOZED)
+                for run in recorded])
             self._settle(recorded)
             self._to_write = [r for r in self._to_write if r.decision.state == ledger.RELEASE]
             self._log_recorded(recorded, states)
@@ -299,6 +300,8 @@ class Holdings:
             state = states.get(run.claimed.id)
             if state == "succeeded":
                 succeeded.append((self._line(run, "succeeded"), run.claimed.kind, run.duration))
+            elif state == "pending" and run.decision.state == ledger.SNOOZED:
+                self._log(run, "snoozed", run.decision.summary)
             else:
                 outcome = {"pending": "retried", None: "lost"}.get(state, state)
                 self._log(run, outcome, run.decision.summary)

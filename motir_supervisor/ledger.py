@@ -35,6 +35,9 @@ TIMED_OUT = 6
 #: Still running when the worker left at its drain deadline: given back
 #: untouched, since the worker, not the job, ended the run.
 ABANDONED = 7
+#: The handler raised Snooze: pending again after retry_in_seconds, its
+#: attempt handed back.
+SNOOZED = 8
 
 #: id, state, permanent, retry_in_seconds, error length in bytes, run seconds.
 _ENTRY = struct.Struct("<qBBxxxxxxdIf")

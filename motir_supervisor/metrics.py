@@ -28,7 +28,8 @@ class _Fleet:
         self.claimed = Counter("motir_jobs_claimed", "Jobs claimed by workers", ["queue"])
         self.finished = Counter(
             "motir_jobs_finished", "Runs that ended, by outcome: succeeded, retried,"
-            " failed, cancelled, released (given back unfinished), lost (claim taken over)",
+            " failed, cancelled, snoozed, released (given back unfinished), lost (claim taken"
+            " over)",
             ["kind", "outcome"])
         self.duration = Histogram("motir_job_duration_seconds", "Handler run time",
                                   ["kind"], buckets=DURATION_BUCKETS)

@@ -25,7 +25,7 @@ MAX_ERROR_CHARS = 4000
 class Decision(NamedTuple):
     """What a run's end means for its row."""
 
-    #: A ledger state: SUCCEEDED, FAILED or RELEASE.
+    #: A ledger state: SUCCEEDED, FAILED, SNOOZED or RELEASE.
     state: int
     error: str | None = None
     retry_in_seconds: float = 0.0
@@ -51,6 +51,9 @@ def decide(error: BaseException | None, attempt: int, stopping: bool, retry_base
            retry_cap: float) -> Decision:
     if error is None:
         return SUCCESS
+    if isinstance(error, registry.Snooze):
+        return Decision(ledger.SNOOZED, retry_in_seconds=error.seconds,
+                        summary=f"due again in {error.seconds:g}s")
     if isinstance(error, registry.Interrupted):
         if stopping:
             return Decision(ledger.RELEASE, summary="its handler stopped at a checkpoint")
@@ -92,10 +95,15 @@ def outcome_line(job_id: int, kind: str, attempt: int, max_attempts: int, outcom
             f" in {seconds:.3f}s{': ' + detail if detail else ''}")
 
 
+#: Outcomes that are the job's normal course, logged at INFO; the others
+#: (a retry, a failure, a lost claim) at WARNING.
+EXPECTED_OUTCOMES = frozenset({"snoozed"})
+
+
 def log_outcome(line: str, kind: str, outcome: str, seconds: float) -> None:
     """One line per run that did not simply succeed."""
     metrics.record_run(kind, outcome, seconds)
-    log.warning("%s", line)
+    log.log(logging.INFO if outcome in EXPECTED_OUTCOMES else logging.WARNING, "%s", line)
 
 
 def log_successes(runs: list[tuple[str, str, float]]) -> None:

@@ -27,6 +27,23 @@ class Interrupted(Exception):
     """
 
 
+class Snooze(Exception):
+    """Raise from a handler to run the job again in ``seconds`` (the job is
+    waiting on something, a rate limit, another job) without spending an
+    attempt: it goes back to pending, due then."""
+
+    #: Longer would not fit a timestamp for long; a year is plenty.
+    MAX_SECONDS = 366 * 24 * 3600
+
+    def __init__(self, seconds: float):
+        if (not isinstance(seconds, (int, float)) or isinstance(seconds, bool)
+                or not 0 <= seconds <= self.MAX_SECONDS):
+            raise ValueError(f"Snooze takes seconds from 0 to {self.MAX_SECONDS},"
+                             f" got {seconds!r}")
+        super().__init__(f"snoozed for {seconds:g}s")
+        self.seconds = float(seconds)
+
+
 @dataclasses.dataclass(frozen=True)
 class Registration:
     kind: str
@@ -35,24 +52,33 @@ class Registration:
     timeout: float | None
     #: An ``async def`` handler: it runs on the worker's event loop, not a thread.
     is_async: bool = False
+    #: A cron expression or an interval in seconds (see schedules.py); None
+    #: for a kind that is only enqueued.
+    schedule: str | int | float | None = None
 
 
 _registry: dict[str, Registration] = {}
 
 
-def job(kind: str, *, timeout: float | None = None) -> Callable[[Handler], Handler]:
+def job(kind: str, *, timeout: float | None = None,
+        schedule: str | int | float | None = None) -> Callable[[Handler], Handler]:
     """Register the decorated function as the handler of ``kind``.
 
     >>> @job("send_email", timeout=60)
     ... def send_email(j): ...
 
     An ``async def`` handler runs on the worker's event loop; a plain one on
-    one of the worker's handler threads.
+    one of the worker's handler threads. ``schedule`` (a five-field cron
+    expression in UTC, or seconds) also enqueues the kind at each instant of
+    it; the instant is in ``j.payload["scheduled_for"]``.
     """
     if not kind or not isinstance(kind, str):
         raise ValueError("a job kind is a non-empty string")
     if timeout is not None and timeout <= 0:
         raise ValueError(f"timeout of {kind!r} must be positive, got {timeout!r}")
+    if schedule is not None:
+        from .schedules import Schedule
+        Schedule.parse(kind, schedule)  # a bad one fails at import, naming the kind
 
     def register(handler: Handler) -> Handler:
         existing = _registry.get(kind)
@@ -60,7 +86,7 @@ def job(kind: str, *, timeout: float | None = None) -> Callable[[Handler], Handl
             raise ValueError(
                 f"job kind {kind!r} is already handled by {_qualname(existing.handler)}")
         _registry[kind] = Registration(kind, handler, timeout,
-                                       inspect.iscoroutinefunction(handler))
+                                       inspect.iscoroutinefunction(handler), schedule)
         return handler
 
     return register
@@ -76,6 +102,11 @@ def registration_for(kind: str) -> Registration | None:
 
 def registered_kinds() -> list[str]:
     return sorted(_registry)
+
+
+def scheduled() -> list[Registration]:
+    """The registered kinds that have a schedule."""
+    return [r for _, r in sorted(_registry.items()) if r.schedule is not None]
 
 
 class AppImportError(Exception):

@@ -79,13 +79,17 @@ class Settler:
         everything else (not started, or left at the drain's deadline) goes
         back as it was. Every write is fenced on the dead worker's claim."""
         decided = {e.job_id: e for e in item.entries
-                   if e.state in (ledger.SUCCEEDED, ledger.FAILED)}
+                   if e.state in (ledger.SUCCEEDED, ledger.FAILED, ledger.SNOOZED)}
         if decided:
             written = self.store.record_outcomes_of(item.claimant, [
-                db.Outcome(e.job_id, e.error, e.retry_in_seconds, e.permanent)
+                db.Outcome(e.job_id, e.error, e.retry_in_seconds, e.permanent,
+                           e.state == ledger.SNOOZED)
                 for e in decided.values()])
             for job_id, state, kind in written:
-                outcome = "retried" if state == "pending" else state
+                outcome = state
+                if state == "pending":
+                    snoozed = decided[job_id].state == ledger.SNOOZED
+                    outcome = "snoozed" if snoozed else "retried"
                 log.info("job %d %s %s in %.3fs: outcome written for exited worker %s", job_id,
                          kind, outcome, decided[job_id].seconds, item.claimant)
                 # A worker forked later inherits this label child, and

@@ -30,7 +30,7 @@ from .ledger import Ledger
 from .logs import flush_logs
 from .reaper import Reaper
 from .settling import Settler
-from .wakeups import Kicks, ListenerToken
+from .wakeups import Kicks, Token
 from .worker import (EXIT_BOOT_FAILURE, EXIT_TIMEOUT, HANDLED_SIGNALS, Worker,
                      set_parent_death_signal)
 
@@ -110,7 +110,9 @@ class Supervisor:
         self.respawn_at = 0.0
         self.reaper = Reaper(self.store, config.reaper_every, config.retention_hours)
         #: Shared by every worker: one of them listens, the others are kicked.
-        self.token = ListenerToken()
+        self.token = Token("listener")
+        #: Held by the one worker that runs the scheduler (see schedules.py).
+        self.scheduler_token = Token("scheduler")
         self.kicks = Kicks()
 
     # -- the loop -------------------------------------------------------------
@@ -305,7 +307,8 @@ class Supervisor:
         try:
             pid = self._fork(lambda: Worker(
                 self.config, index, self.claimant_of(index, os.getpid()), parent_pid,
-                ready_fd=ready_w, ledger=entries, token=self.token, kicks=self.kicks).run(),
+                ready_fd=ready_w, ledger=entries, token=self.token, kicks=self.kicks,
+                scheduler_token=self.scheduler_token).run(),
                 keep_fd=ready_w)
         except OSError as exc:
             os.close(ready_r)

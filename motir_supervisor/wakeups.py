@@ -1,10 +1,11 @@
 """How one notification wakes one worker, not all of them.
 
 Of a supervisor's workers only one LISTENs at a time: the holder of the
-:class:`ListenerToken`, a POSIX record lock on a file the supervisor opened
-before forking. Such locks belong to a process, so the kernel frees the
-token the instant its holder dies, and the supervisor then kicks the others
-so that one of them takes it over at once.
+listener's :class:`Token`, a POSIX record lock on a file the supervisor
+opened before forking. Such locks belong to a process, so the kernel frees
+the token the instant its holder dies, and the supervisor then kicks the
+others so that one of them takes it over at once. (Another token picks the
+one worker that runs the scheduler, see schedules.py.)
 
 The listener claims what a notification announced when it has a free slot;
 when it has none, or when its claim suggests more is due, it drops one byte
@@ -20,12 +21,12 @@ import fcntl
 import os
 
 
-class ListenerToken:
+class Token:
     """Held by at most one process of a supervisor's workers at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str) -> None:
         try:
-            self._fd = os.memfd_create("motir-listener", os.MFD_CLOEXEC)
+            self._fd = os.memfd_create(f"motir-{name}", os.MFD_CLOEXEC)
         except (AttributeError, OSError):  # not Linux: any file will do
             import tempfile
             self._fd = os.dup(tempfile.TemporaryFile().fileno())

@@ -31,7 +31,8 @@ from .executor import Executor, title_setter
 from .holdings import Holdings
 from .ledger import Ledger
 from .logs import flush_logs
-from .wakeups import Kicks, ListenerToken
+from .schedules import Schedule, Scheduler
+from .wakeups import Kicks, Token
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,8 @@ class ExitNow(Exception):
 class Worker:
     def __init__(self, config: Config, index: int, claimant: str, parent_pid: int,
                  ready_fd: int = -1, ledger: Ledger | None = None,
-                 token: ListenerToken | None = None, kicks: Kicks | None = None):
+                 token: Token | None = None, kicks: Kicks | None = None,
+                 scheduler_token: Token | None = None):
         self.config = config
         self.index = index
         self.claimant = claimant
@@ -87,6 +89,12 @@ class Worker:
         #: are kicked (see wakeups).
         self.token = token if config.listen else None
         self.kicks = kicks if config.listen else None
+        #: The scheduler runs in the one worker holding this token, once the
+        #: apps are imported and name a schedule (see _take_scheduler_token).
+        self.scheduler_token = scheduler_token
+        self.scheduler: Scheduler | None = None
+        self._schedules: list[Schedule] = []
+        self._next_token_try = 0.0
         self.title = title_setter(index)
         # --no-listen is for PgBouncer in transaction mode, where a prepared
         # statement may not be on the server connection the next one gets.
@@ -137,6 +145,7 @@ class Worker:
         except registry.AppImportError as exc:
             log.error("worker %d: %s", self.index, exc)
             return EXIT_BOOT_FAILURE
+        self._schedules = [Schedule.parse(r.kind, r.schedule) for r in registry.scheduled()]
         self._report_ready()
         metrics.name_this_process(f"worker-{self.index}")
         log.debug("worker %d (pid %d) up as %s", self.index, os.getpid(), self.claimant)
@@ -206,6 +215,10 @@ class Worker:
             self.token.give_up()
             self.store.listen = False
             self.kicks.kick()
+        if self.scheduler is not None:
+            # Another worker (a staying one, or the replacement) schedules.
+            self.scheduler_token.give_up()
+            self.scheduler = None
 
     def wake(self) -> None:
         """Wake the main thread (called from handler threads)."""
@@ -267,6 +280,8 @@ class Worker:
         holdings.release_withdrawn()
         self._reconnect_backoff = 0.0
         self._claim_while_room()
+        if self._take_scheduler_token():
+            self.scheduler.run_when_due()
 
     def _claim_while_room(self) -> None:
         while (room := self._room_to_claim()) > 0:
@@ -345,6 +360,23 @@ class Worker:
             wait = min(wait, max(until_due, 0.0))
         self._idle_until = now + wait
 
+    def _take_scheduler_token(self) -> bool:
+        """Whether this worker runs the scheduler: the token's holder, once
+        it is free (its holder died), taken by the next worker that looks."""
+        if not self._schedules or self.scheduler_token is None or self.stop_requested:
+            return False
+        if self.scheduler is None:
+            # A syscall, so at most once a second (the loop's longest sleep).
+            now = time.monotonic()
+            if now < self._next_token_try:
+                return False
+            self._next_token_try = now + 1.0
+            if not self.scheduler_token.try_take():
+                return False
+            self.scheduler = Scheduler(self.store, self._schedules)
+            log.debug("worker %d runs the scheduler", self.index)
+        return True
+
     def _take_listener_token(self) -> None:
         if not self.token.held and self.token.try_take():
             self.store.start_listening()
@@ -354,6 +386,9 @@ class Worker:
         """Sleep until a signal, a handler's news, a wake-up or the next timer."""
         now = time.monotonic()
         timers = [self.holdings.next_timer(), self.executor.next_nudge(), now + 1.0]
+        if self.scheduler is not None and not self.stop_requested:
+            # Not before the database may be tried again: no spinning meanwhile.
+            timers.append(max(self.scheduler.next_pass, self._database_retry_at))
         if self.stop_requested:
             timers.append(self.drain_deadline)
         if now < self._database_retry_at:

@@ -1,5 +1,6 @@
 """Unit tests: no database, no processes."""
 
+import datetime
 import json
 import logging
 import os
@@ -12,6 +13,8 @@ from click.testing import CliRunner
 
 from motir_supervisor import cli, db, holdings, ledger, logs, outcomes, registry
 from motir_supervisor.config import Config, ConfigError
+from motir_supervisor.registry import job
+from motir_supervisor.schedules import Schedule, ScheduleError, instant_text
 
 
 def test_every_query_the_code_names_exists():
@@ -175,3 +178,36 @@ def test_a_ledger_error_longer_than_its_page_is_cut_not_spilled_into_the_next():
     book.decide(second, ledger.FAILED, 0.0, "second")
     by_id = {entry.job_id: entry.error for entry in book.entries()}
     assert by_id == {1: "x" * ledger.ERROR_BYTES, 2: "second"}
+
+
+@pytest.mark.parametrize("schedule, fragment", [
+    ("* * *", "five-field"), ("61 * * * *", "not a cron expression"), (0, "at least 1"),
+    (True, "cron expression or seconds"), ("*/5 * * * * *", "five-field"),
+])
+def test_a_bad_schedule_fails_at_registration_naming_the_kind(schedule, fragment):
+    with pytest.raises(ScheduleError, match=fragment) as raised:
+        job("bad_schedule", schedule=schedule)(lambda j: None)
+    assert "'bad_schedule'" in str(raised.value)
+    assert "bad_schedule" not in registry.registered_kinds()
+
+
+def test_schedule_instants_are_utc_and_the_same_on_every_machine():
+    at = datetime.datetime(2026, 12, 3, 10, 5, 0, tzinfo=datetime.timezone.utc)
+    cron = Schedule.parse("k", "*/5 * * * *")
+    assert cron.latest(at) == at  # an instant equal to now is the latest
+    assert cron.latest(at + datetime.timedelta(seconds=299.5)) == at
+    assert cron.following(at) == at + datetime.timedelta(minutes=5)
+    every = Schedule.parse("k", 90)
+    # Multiples of 90 s since the epoch, whoever computes them.
+    assert every.latest(at).timestamp() % 90 == 0
+    assert every.following(at) - every.latest(at) == datetime.timedelta(seconds=90)
+    assert Schedule.from_spec("k", every.spec) == every
+    assert Schedule.from_spec("k", cron.spec) == cron
+    assert instant_text(at) == "2026-12-03T10:05:00+00:00"
+
+
+@pytest.mark.parametrize("seconds", [-1, 1e13, float("nan"), True, "5"])
+def test_snooze_takes_a_sane_number_of_seconds(seconds):
+    from motir_supervisor import Snooze
+    with pytest.raises(ValueError, match="Snooze takes seconds"):
+        Snooze(seconds)

@@ -13,11 +13,37 @@ LISTEN motir_job_queue;
 -- them. The handler runs only after it commits. The locking subquery is
 -- uncorrelated, so it runs once, and ARRAY() hands its ids to the update as
 -- one value: the update then finds each row through the primary key, where a
--- join could hash the whole table for every batch. That walk returns them in
--- id order; the jobs run in the order they fell due. more_due says whether
--- a due row follows the last one claimed, so that a worker whose claim took
--- all it asked for can wake another one (a single probe of job_queue_due).
-WITH claimed AS (
+-- join could hash the whole table for every batch.
+--
+-- The jobs run by priority, then in the order they fell due. One walk of
+-- job_queue_claim (priority, run_at, id) in that order could not stop at
+-- the first row not due yet: the rows of the next priority follow it, so a
+-- claim that finds fewer due rows than it asks for would read every pending
+-- row, delayed ones and backoffs included. Instead `priorities` hops from
+-- one distinct priority of the pending rows to the next (one index probe
+-- each, and there are few), and each priority's due rows are a range of the
+-- index that ends at now(). The nested loop runs the priorities in
+-- ascending order and stops once the limit is reached.
+--
+-- Paused queues (migrations/0003) are read once, as one array, behind a
+-- test of whether any queue is paused at all: on its own, `queue <> ALL`
+-- of an array the planner cannot see is estimated to keep almost no row
+-- (with few distinct queues, any one value is likely to be in it), and the
+-- planner then sorts the whole backlog instead of walking the index; the
+-- test makes it an even bet, and skips the array when nothing is paused.
+--
+-- more_due says whether a due row is left beside the ones claimed, so that
+-- a worker whose claim took all it asked for can wake another one: a walk
+-- of job_queue_due (run_at, id) from the earliest, which ends at now().
+WITH RECURSIVE priorities AS (
+    (SELECT priority FROM job_queue WHERE state = 'pending' ORDER BY priority LIMIT 1)
+    UNION ALL
+    SELECT (SELECT q.priority FROM job_queue AS q
+            WHERE q.state = 'pending' AND q.priority > p.priority
+            ORDER BY q.priority LIMIT 1)
+    FROM priorities AS p
+    WHERE p.priority IS NOT NULL
+), claimed AS (
     UPDATE job_queue AS j
     SET state = 'running',
         locked_by = %(claimant)s,
@@ -27,17 +53,26 @@ WITH claimed AS (
         attempts = j.attempts + 1,
         started_at = now()
     WHERE j.id = ANY(ARRAY(
-        SELECT id
-        FROM job_queue
-        WHERE state = 'pending'
-          AND run_at <= now()
-          AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-        ORDER BY run_at, id
+        SELECT due.id
+        FROM priorities AS p
+        CROSS JOIN LATERAL (
+            SELECT id
+            FROM job_queue
+            WHERE state = 'pending'
+              AND priority = p.priority
+              AND run_at <= now()
+              AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+              AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
+                   OR queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
+            ORDER BY run_at, id
+            LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED
+        ) AS due
+        WHERE p.priority IS NOT NULL
         LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
     ))
     RETURNING j.id, j.queue, j.kind, j.payload, j.attempts, j.max_attempts, j.checkpoint,
-              j.run_at
+              j.priority, j.run_at
 )
 SELECT id, queue, kind, payload, attempts, max_attempts, checkpoint,
        (SELECT n.id
@@ -45,21 +80,25 @@ SELECT id, queue, kind, payload, attempts, max_attempts, checkpoint,
         WHERE n.state = 'pending'
           AND n.run_at <= now()
           AND (%(queues)s::text[] IS NULL OR n.queue = ANY(%(queues)s::text[]))
-          AND (n.run_at, n.id) > (SELECT run_at, id FROM claimed
-                                  ORDER BY run_at DESC, id DESC LIMIT 1)
+          AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
+               OR n.queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
+          AND n.id <> ALL (ARRAY(SELECT id FROM claimed))
         ORDER BY n.run_at, n.id
         LIMIT 1) IS NOT NULL AS more_due
 FROM claimed
-ORDER BY run_at, id;
+ORDER BY priority, run_at, id;
 
 -- seconds_until_next_due --
 -- How long until the earliest pending job of these queues is due (negative
 -- when one is due already): an idle worker sleeps no longer than that. The
--- database's clock decides, so a skewed worker clock does not matter.
+-- database's clock decides, so a skewed worker clock does not matter. A
+-- paused queue's jobs are not waited for: `resume` wakes the workers.
 SELECT extract(epoch FROM min(run_at) - clock_timestamp())::float8
 FROM job_queue
 WHERE state = 'pending'
-  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]));
+  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+  AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
+       OR queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)));
 
 -- renew_leases --
 -- Fenced on the claimant: a lease another process took over is not renewed,
@@ -93,14 +132,18 @@ RETURNING id, state, kind;
 -- missing from the result. A NULL error is a success. A failure goes back to
 -- pending after its backoff, or ends failed on its last attempt or when the
 -- handler asked for no retry, or cancelled when an operator asked for that.
+-- A snoozed run (the handler raised Snooze) goes back to pending after its
+-- delay with its attempt handed back and the last error kept.
 WITH outcome AS (
     SELECT *
     FROM unnest(%(ids)s::bigint[], %(errors)s::text[], %(retry_in_seconds)s::float8[],
-                %(permanent)s::boolean[]) AS o(id, error, retry_in_seconds, permanent)
+                %(permanent)s::boolean[], %(snoozed)s::boolean[])
+         AS o(id, error, retry_in_seconds, permanent, snoozed)
 ), decided AS (
-    SELECT o.id, o.error, o.retry_in_seconds,
-           CASE WHEN o.error IS NULL THEN 'succeeded'
-                WHEN j.cancel_requested THEN 'cancelled'
+    SELECT o.id, o.error, o.retry_in_seconds, o.snoozed,
+           CASE WHEN j.cancel_requested AND (o.error IS NOT NULL OR o.snoozed) THEN 'cancelled'
+                WHEN o.snoozed THEN 'pending'
+                WHEN o.error IS NULL THEN 'succeeded'
                 WHEN o.permanent OR j.attempts >= j.max_attempts THEN 'failed'
                 ELSE 'pending' END AS state
     FROM outcome AS o JOIN job_queue AS j ON j.id = o.id
@@ -110,7 +153,8 @@ SET state = d.state,
     run_at = CASE WHEN d.state = 'pending'
                   THEN now() + make_interval(secs => d.retry_in_seconds) ELSE j.run_at END,
     finished_at = CASE WHEN d.state = 'pending' THEN NULL ELSE now() END,
-    last_error = d.error,
+    attempts = CASE WHEN d.snoozed THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
+    last_error = CASE WHEN d.snoozed THEN j.last_error ELSE d.error END,
     locked_by = NULL,
     lease_expires_at = NULL
 FROM decided AS d
@@ -197,15 +241,60 @@ RETURNING j.id, j.state;
 
 -- enqueue --
 -- max_attempts is left to the column default, which has one home: the schema.
-INSERT INTO job_queue (kind, payload, queue, run_at)
-VALUES (%(kind)s, %(payload)s, %(queue)s, now() + make_interval(secs => %(delay_seconds)s))
+-- A unique key another pending or running job of the queue holds inserts
+-- nothing (and returns no id); any other conflict is still an error.
+INSERT INTO job_queue (kind, payload, queue, run_at, priority, unique_key)
+VALUES (%(kind)s, %(payload)s, %(queue)s, now() + make_interval(secs => %(delay_seconds)s),
+        %(priority)s, %(unique_key)s)
+ON CONFLICT (queue, unique_key)
+    WHERE unique_key IS NOT NULL AND state IN ('pending', 'running') DO NOTHING
 RETURNING id;
 
 -- enqueue_with_max_attempts --
-INSERT INTO job_queue (kind, payload, queue, run_at, max_attempts)
+INSERT INTO job_queue (kind, payload, queue, run_at, priority, unique_key, max_attempts)
 VALUES (%(kind)s, %(payload)s, %(queue)s, now() + make_interval(secs => %(delay_seconds)s),
-        %(max_attempts)s)
+        %(priority)s, %(unique_key)s, %(max_attempts)s)
+ON CONFLICT (queue, unique_key)
+    WHERE unique_key IS NOT NULL AND state IN ('pending', 'running') DO NOTHING
 RETURNING id;
+
+-- job_holding_unique_key --
+SELECT id
+FROM job_queue
+WHERE queue = %(queue)s
+  AND unique_key = %(unique_key)s
+  AND state IN ('pending', 'running');
+
+-- database_now --
+SELECT clock_timestamp();
+
+-- enqueue_scheduled --
+-- One scheduled instant of a kind, enqueued by whichever supervisor gets
+-- here first: the upsert advances the kind's row only to a later instant,
+-- and a second supervisor with the same instant waits on the row's lock,
+-- then finds it advanced and inserts nothing. A kind seen for the first time
+-- gets its row and no job (the upsert inserted rather than updated: xmax is
+-- 0): it starts with its next instant, not with one that passed before it
+-- was deployed.
+WITH advanced AS (
+    INSERT INTO job_queue_schedules AS s (kind, spec, last_instant)
+    VALUES (%(kind)s, %(spec)s, %(instant)s)
+    ON CONFLICT (kind) DO UPDATE
+        SET last_instant = excluded.last_instant, spec = excluded.spec, updated_at = now()
+        WHERE s.last_instant < excluded.last_instant
+    RETURNING kind, xmax = 0 AS first_sight
+)
+INSERT INTO job_queue (kind, payload, unique_key)
+SELECT %(kind)s, jsonb_build_object('scheduled_for', %(instant_text)s::text),
+       'schedule:' || %(kind)s || ':' || %(instant_text)s
+FROM advanced
+WHERE NOT first_sight
+ON CONFLICT (queue, unique_key)
+    WHERE unique_key IS NOT NULL AND state IN ('pending', 'running') DO NOTHING
+RETURNING id;
+
+-- schedules --
+SELECT kind, spec, last_instant FROM job_queue_schedules ORDER BY kind;
 
 -- cancel_job --
 -- Pending or failed: cancelled now. Running: flagged, so that its worker
@@ -225,25 +314,60 @@ WITH target AS (
 SELECT t.state, EXISTS (SELECT 1 FROM changed) FROM target AS t;
 
 -- retry_job --
--- A failed or cancelled job gets a fresh set of attempts, due now.
+-- A failed or cancelled job gets a fresh set of attempts, due now, unless
+-- another pending or running job holds its unique key: that one's id comes
+-- back instead (the unique index would refuse the update anyway).
 WITH target AS (
-    SELECT id, state FROM job_queue WHERE id = %(id)s FOR UPDATE
+    SELECT id, state, queue, unique_key FROM job_queue WHERE id = %(id)s FOR UPDATE
+), holder AS (
+    SELECT o.id
+    FROM job_queue AS o, target AS t
+    WHERE t.unique_key IS NOT NULL AND o.queue = t.queue AND o.unique_key = t.unique_key
+      AND o.state IN ('pending', 'running') AND o.id <> t.id
 ), changed AS (
     UPDATE job_queue AS j
     SET state = 'pending', run_at = now(), attempts = 0, finished_at = NULL,
         cancel_requested = false
     FROM target AS t
     WHERE j.id = t.id AND t.state IN ('failed', 'cancelled')
+      AND NOT EXISTS (SELECT FROM holder)
     RETURNING j.id
 )
-SELECT t.state, EXISTS (SELECT 1 FROM changed) FROM target AS t;
+SELECT t.state, EXISTS (SELECT 1 FROM changed), (SELECT id FROM holder LIMIT 1)
+FROM target AS t;
 
 -- retry_failed_of_kind --
-UPDATE job_queue
+-- A failed job whose unique key a newer job holds stays failed: that newer
+-- job is the one to run (and the unique index would refuse the update). A
+-- job enqueued with the key while this runs makes it fail on the index:
+-- the command says so, and nothing is changed.
+UPDATE job_queue AS j
 SET state = 'pending', run_at = now(), attempts = 0, finished_at = NULL,
     cancel_requested = false
-WHERE kind = %(kind)s AND state = 'failed'
-RETURNING id;
+WHERE j.kind = %(kind)s AND j.state = 'failed'
+  AND (j.unique_key IS NULL OR (
+      NOT EXISTS (SELECT FROM job_queue AS o
+                  WHERE o.queue = j.queue AND o.unique_key = j.unique_key
+                    AND o.state IN ('pending', 'running'))
+      -- Of several failed jobs with one key, only the newest is retried.
+      AND j.id = (SELECT max(o.id) FROM job_queue AS o
+                  WHERE o.queue = j.queue AND o.unique_key = j.unique_key
+                    AND o.kind = j.kind AND o.state = 'failed')))
+RETURNING j.id;
+
+-- pause_queue --
+INSERT INTO job_queue_paused (queue) VALUES (%(queue)s)
+ON CONFLICT (queue) DO NOTHING
+RETURNING queue;
+
+-- resume_queue --
+-- A trigger (migrations/0003) wakes the workers.
+DELETE FROM job_queue_paused WHERE queue = %(queue)s RETURNING queue;
+
+-- paused_queues --
+SELECT queue, extract(epoch FROM now() - paused_at)
+FROM job_queue_paused
+ORDER BY queue;
 
 -- prune_finished --
 -- One small batch per statement: retention never holds many row locks or

@@ -11,7 +11,7 @@ import time
 import psycopg2
 import psycopg2.extras
 
-from motir_supervisor import Interrupted, PermanentFailure, job
+from motir_supervisor import Interrupted, PermanentFailure, Snooze, job
 
 # One connection per handler thread: with --concurrency above 1 several
 # handlers of this process run at once.
@@ -120,3 +120,13 @@ async def async_record(j):
 async def async_hang(j):
     _record_start(j)
     await asyncio.sleep(60)
+
+
+@job("snooze")
+def snooze(j):
+    """Snoozes payload.seconds, payload.times times, then succeeds."""
+    execution = _record_start(j)
+    runs = _sql("SELECT count(*) FROM test_executions WHERE job_id = %s", (j.id,))[0]
+    if runs <= j.payload["times"]:
+        raise Snooze(j.payload["seconds"])
+    _record_end(execution)
