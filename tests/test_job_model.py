@@ -85,16 +85,22 @@ def _insert_keys(url, naive, barrier):
     conn.close()
 
 
-def _race_inserts(url, naive):
+def race(target, processes, url, naive):
+    """Fork ``processes`` copies of ``target(url, naive, barrier)``, released
+    together once each has its warm connection; wait for all of them."""
     ctx = multiprocessing.get_context("fork")
-    barrier = ctx.Barrier(INSERTERS)
-    procs = [ctx.Process(target=_insert_keys, args=(url, naive, barrier))
-             for _ in range(INSERTERS)]
+    barrier = ctx.Barrier(processes)
+    procs = [ctx.Process(target=target, args=(url, naive, barrier))
+             for _ in range(processes)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(60)
         assert p.exitcode == 0
+
+
+def _race_inserts(url, naive):
+    race(_insert_keys, INSERTERS, url, naive)
 
 
 def _rows_per_key(sql):
@@ -258,15 +264,7 @@ def _schedule_instants(url, naive, barrier):
 
 
 def _race_schedulers(url, naive):
-    ctx = multiprocessing.get_context("fork")
-    barrier = ctx.Barrier(SCHEDULERS)
-    procs = [ctx.Process(target=_schedule_instants, args=(url, naive, barrier))
-             for _ in range(SCHEDULERS)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
+    race(_schedule_instants, SCHEDULERS, url, naive)
     return dict(_rows_per_instant_of(url))
 
 
