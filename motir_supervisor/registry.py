@@ -10,7 +10,10 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+if TYPE_CHECKING:
+    from .schedules import Schedule
 
 Handler = Callable[["Job"], Any]
 
@@ -52,9 +55,9 @@ class Registration:
     timeout: float | None
     #: An ``async def`` handler: it runs on the worker's event loop, not a thread.
     is_async: bool = False
-    #: A cron expression or an interval in seconds (see schedules.py); None
-    #: for a kind that is only enqueued.
-    schedule: str | int | float | None = None
+    #: When the kind is also enqueued, read from ``@job(schedule=...)`` (see
+    #: schedules.py); None for a kind that is only enqueued.
+    schedule: "Schedule | None" = None
 
 
 _registry: dict[str, Registration] = {}
@@ -76,9 +79,10 @@ def job(kind: str, *, timeout: float | None = None,
         raise ValueError("a job kind is a non-empty string")
     if timeout is not None and timeout <= 0:
         raise ValueError(f"timeout of {kind!r} must be positive, got {timeout!r}")
+    parsed = None
     if schedule is not None:
         from .schedules import Schedule
-        Schedule.parse(kind, schedule)  # a bad one fails at import, naming the kind
+        parsed = Schedule.parse(kind, schedule)  # a bad one fails at import, naming the kind
 
     def register(handler: Handler) -> Handler:
         existing = _registry.get(kind)
@@ -86,7 +90,7 @@ def job(kind: str, *, timeout: float | None = None,
             raise ValueError(
                 f"job kind {kind!r} is already handled by {_qualname(existing.handler)}")
         _registry[kind] = Registration(kind, handler, timeout,
-                                       inspect.iscoroutinefunction(handler), schedule)
+                                       inspect.iscoroutinefunction(handler), parsed)
         return handler
 
     return register

@@ -145,7 +145,7 @@ class Worker:
         except registry.AppImportError as exc:
             log.error("worker %d: %s", self.index, exc)
             return EXIT_BOOT_FAILURE
-        self._schedules = [Schedule.parse(r.kind, r.schedule) for r in registry.scheduled()]
+        self._schedules = [r.schedule for r in registry.scheduled()]
         self._report_ready()
         metrics.name_this_process(f"worker-{self.index}")
         log.debug("worker %d (pid %d) up as %s", self.index, os.getpid(), self.claimant)
