@@ -227,6 +227,9 @@ def status(database_url) -> None:
     click.echo(f"expired leases: {report['expired_leases']}")
     click.echo("paused queues: " + (", ".join(
         f"{queue} (for {seconds:.0f}s)" for queue, seconds in report["paused"]) or "none"))
+    click.echo("limits:" + ("" if report["limits"] else " none"))
+    for kind, max_running, running in report["limits"]:
+        click.echo(f"  {kind:<20} {running} of at most {max_running} running")
     click.echo("schedules:" + ("" if report["schedules"] else " none"))
     for kind, spec, last in report["schedules"]:
         upcoming = Schedule.from_spec(kind, spec).following(

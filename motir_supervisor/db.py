@@ -42,8 +42,8 @@ QUERIES: dict[str, str] = _load_queries()
 #: The statements a worker runs for every claim and every write of outcomes.
 #: Each connection prepares them on first use: planning the claim takes
 #: longer than running it (0.18 ms against 0.05 ms), and a job waits for it.
-PREPARED = frozenset({"claim_due_jobs", "record_successes", "record_outcomes",
-                      "renew_leases", "seconds_until_next_due"})
+PREPARED = frozenset({"claim_due_jobs", "claim_limited_jobs", "record_successes",
+                      "record_outcomes", "renew_leases", "seconds_until_next_due"})
 _PARAMETER = re.compile(r"%\((\w+)\)s")
 
 
@@ -205,6 +205,13 @@ class JobStore:
         conn = connect(self.dsn, self.application_name, self.timeout_seconds)
         self._conn = conn
         self._prepared = set()
+        if self.prepare:
+            # No JIT for statements that take a millisecond: compiling one
+            # on a misestimate (a small table whose statistics are stale, as
+            # analyze_limits explains) took 0.6 s. Not with --no-listen: a
+            # pooler in transaction mode would leave the setting on
+            # whichever server connection it landed.
+            self._run("no_jit")
         if self.listen:
             self._run("listen")
 
@@ -226,19 +233,24 @@ class JobStore:
                 pass
             self._conn = None
 
-    def _run(self, name: str, params: dict[str, Any] | None = None) -> list[tuple]:
+    def _run(self, name: str, params: dict[str, Any] | None = None,
+             after: str | None = None) -> list[tuple]:
+        """Run the named statement; with ``after``, the statement of that name
+        first, in the same transaction (both go as one query string)."""
         with self.conn.cursor() as cur:
             if self.prepare and name in PREPARED:
                 forms = _PREPARED_FORMS.get(name)
                 if forms is None:
                     forms = _PREPARED_FORMS[name] = prepared_form(name)
-                prepare, execute = forms
+                prepare, statement = forms
                 if name not in self._prepared:
                     cur.execute(prepare)
                     self._prepared.add(name)
-                cur.execute(execute, params)
             else:
-                cur.execute(QUERIES[name], params)
+                statement = QUERIES[name]
+            if after is not None:
+                statement = f"{QUERIES[after]}\n{statement}"
+            cur.execute(statement, params)
             return cur.fetchall() if cur.description else []
 
     def _count(self, name: str, params: dict[str, Any] | None = None) -> int:
@@ -270,10 +282,21 @@ class JobStore:
         })
         return [ClaimedJob(*row[:7]) for row in rows], bool(rows) and rows[0][7]
 
-    def seconds_until_next_due(self, queues: Sequence[str] | None) -> float | None:
-        """None when no pending job exists; negative when one is due already."""
+    def claim_limited_jobs(self, claimant: str, limit: int, lease_seconds: float,
+                           queues: Sequence[str] | None) -> tuple[list[ClaimedJob], bool]:
+        """claim_due_jobs for the limited kinds, never past their max_running;
+        (jobs, whether more could run than were claimed)."""
+        rows = self._run("claim_limited_jobs", {
+            "claimant": claimant, "limit": limit, "lease_seconds": lease_seconds,
+            "queues": list(queues) if queues else None,
+        }, after="lock_limited_claims")
+        return [ClaimedJob(*row[:7]) for row in rows], bool(rows) and rows[0][7]
+
+    def seconds_until_next_due(self, queues: Sequence[str] | None) -> tuple[float | None, bool]:
+        """(seconds, whether any kind is limited); the seconds are None when no
+        pending job is waited for, negative when one is due already."""
         rows = self._run("seconds_until_next_due", {"queues": list(queues) if queues else None})
-        return rows[0][0]
+        return rows[0][0], rows[0][1]
 
     def renew_leases(self, claimant: str, ids: Iterable[int],
                      lease_seconds: float) -> dict[int, bool]:
@@ -366,6 +389,47 @@ class JobStore:
         """(kind, spec, last instant) of every schedule the fleet has seen."""
         return [tuple(row) for row in self._run("schedules")]
 
+    def limits(self) -> dict[str, int]:
+        """{kind: max_running} of every limited kind."""
+        return dict(self._run("limits"))
+
+    def sync_limits(self, wanted: dict[str, int | None]) -> list[str]:
+        """Make job_queue_limits say what ``wanted`` says of its kinds (None:
+        no limit); kinds not in it are left alone. Returns what changed, as
+        lines for the log; nothing is written when nothing differs."""
+        def changes(current: dict[str, int]) -> dict[str, int | None]:
+            return {kind: n for kind, n in wanted.items() if current.get(kind) != n}
+        if not changes(self.limits()):
+            return []
+        conn = self.conn
+        conn.autocommit = False
+        try:
+            with conn, conn.cursor() as cur:
+                cur.execute(QUERIES["lock_limits_sync"])
+                cur.execute(QUERIES["limits"])
+                current = dict(cur.fetchall())
+                todo = changes(current)
+                # A kind whose limit appears or goes changes lanes.
+                rerouted = [kind for kind, n in todo.items()
+                            if (n is None) != (kind not in current)]
+                if rerouted:
+                    cur.execute(QUERIES["lock_job_queue_for_routing"])
+                done = []
+                for kind, n in sorted(todo.items()):
+                    if n is None:
+                        cur.execute(QUERIES["drop_limit"], {"kind": kind})
+                        done.append(f"{kind}: no limit")
+                    else:
+                        cur.execute(QUERIES["set_limit"], {"kind": kind, "max_running": n})
+                        done.append(f"{kind}: at most {n} running")
+                    if kind in rerouted:
+                        cur.execute(QUERIES["route_kind"], {"kind": kind, "limited": n is not None})
+                cur.execute(QUERIES["analyze_limits"])
+                return done
+        finally:
+            if not conn.closed:
+                conn.autocommit = True
+
     def pause_queue(self, queue: str) -> bool:
         """False if it was paused already."""
         return bool(self._run("pause_queue", {"queue": queue}))
@@ -400,6 +464,7 @@ class JobStore:
             "running": self._run("status_running"),
             "expired_leases": self._run("status_expired_leases")[0][0],
             "paused": self._run("paused_queues"),
+            "limits": self._run("status_limits"),
             "schedules": self.schedules(),
             "now": self.database_now(),
         }

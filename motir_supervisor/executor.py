@@ -70,6 +70,9 @@ class Claim:
     open: int = 0
     #: Looked at once it was SLOW_BATCH_SECONDS old (see holdings).
     checked: bool = False
+    #: A claim of limited kinds: sized by free slots, so the batch size
+    #: learns nothing from it.
+    limited: bool = False
 
 
 @dataclasses.dataclass(slots=True, eq=False)

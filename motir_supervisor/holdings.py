@@ -135,28 +135,41 @@ class Holdings:
         # Slots going empty take a whole batch; a reserve is only topped up.
         if self.executor.free_slots() > 0:
             room = max(room, self.batch_size)
-        limit = min(room, self.ledger.free_entries())
+        return self._claim(min(room, self.ledger.free_entries()), limited=False)
+
+    def claim_limited(self) -> tuple[int, bool]:
+        """Claim jobs of limited kinds for the free slots only: one waiting in
+        the reserve would hold a slot of its kind, fleet-wide, while it does
+        not run. (jobs claimed, more could run than were claimed)."""
+        limit = min(self.executor.free_slots(), self.ledger.free_entries())
+        if limit <= 0:
+            return 0, True
+        return self._claim(limit, limited=True)
+
+    def _claim(self, limit: int, limited: bool) -> tuple[int, bool]:
         sent = time.monotonic()
         self._claim_in_doubt = True
-        jobs, more_due = self.store.claim_due_jobs(self.claimant, limit,
-                                                   self.config.lease_seconds, self.queues)
+        claim_jobs = self.store.claim_limited_jobs if limited else self.store.claim_due_jobs
+        jobs, more_due = claim_jobs(self.claimant, limit, self.config.lease_seconds, self.queues)
         self._claim_in_doubt = False
         if not jobs:
-            # The queue is empty: whatever comes next is shared by every
-            # worker it wakes, each growing its claims afresh.
-            self._resize(1, sent)
+            if not limited:
+                # The queue is empty: whatever comes next is shared by every
+                # worker it wakes, each growing its claims afresh.
+                self._resize(1, sent)
             return 0, False
         if not self.held:
             self.lease_confirmed = sent
             self.next_renewal = sent + self.config.renew_every
-        claim = Claim(sent, self.batch_size, limit, open=len(jobs))
+        claim = Claim(sent, self.batch_size, limit, open=len(jobs), limited=limited)
         claim.runs = [Run(job, claim, self.ledger.claim(job.id),
                           registry.registration_for(job.kind)) for job in jobs]
         for run in claim.runs:
             self.held[run.claimed.id] = run
             metrics.record_claim(run.claimed.queue)
         self._open_claims.append(claim)
-        self.last_claim_was_short = len(jobs) < limit
+        if not limited:
+            self.last_claim_was_short = len(jobs) < limit
         if self.stop_check():
             # Claimed while the stop signal landed: nothing starts after it.
             self._withdraw_runs(claim.runs)
@@ -179,7 +192,7 @@ class Holdings:
         claim.open -= 1
         if claim.open == 0:
             self._open_claims.remove(claim)
-            if claim.sent_at < self._size_changed_at:
+            if claim.limited or claim.sent_at < self._size_changed_at:
                 return  # sent before the size last changed: it is out of date
             # From its first start to its last end, as the handlers' threads
             # saw them: not the wait behind an earlier claim's runs, nor how

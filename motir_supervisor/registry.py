@@ -58,13 +58,17 @@ class Registration:
     #: When the kind is also enqueued, read from ``@job(schedule=...)`` (see
     #: schedules.py); None for a kind that is only enqueued.
     schedule: "Schedule | None" = None
+    #: At most this many jobs of the kind run at once in the whole fleet
+    #: (the database enforces it: see claim_limited_jobs); None for no limit.
+    max_running: int | None = None
 
 
 _registry: dict[str, Registration] = {}
 
 
 def job(kind: str, *, timeout: float | None = None,
-        schedule: str | int | float | None = None) -> Callable[[Handler], Handler]:
+        schedule: str | int | float | None = None,
+        max_running: int | None = None) -> Callable[[Handler], Handler]:
     """Register the decorated function as the handler of ``kind``.
 
     >>> @job("send_email", timeout=60)
@@ -73,12 +77,18 @@ def job(kind: str, *, timeout: float | None = None,
     An ``async def`` handler runs on the worker's event loop; a plain one on
     one of the worker's handler threads. ``schedule`` (a five-field cron
     expression in UTC, or seconds) also enqueues the kind at each instant of
-    it; the instant is in ``j.payload["scheduled_for"]``.
+    it; the instant is in ``j.payload["scheduled_for"]``. ``max_running``
+    caps how many jobs of the kind run at once across every worker of every
+    supervisor.
     """
     if not kind or not isinstance(kind, str):
         raise ValueError("a job kind is a non-empty string")
     if timeout is not None and timeout <= 0:
         raise ValueError(f"timeout of {kind!r} must be positive, got {timeout!r}")
+    if max_running is not None and (isinstance(max_running, bool)
+                                    or not isinstance(max_running, int) or max_running < 1):
+        raise ValueError(f"max_running of {kind!r} must be a whole number of at least 1,"
+                         f" got {max_running!r}")
     parsed = None
     if schedule is not None:
         from .schedules import Schedule
@@ -90,7 +100,8 @@ def job(kind: str, *, timeout: float | None = None,
             raise ValueError(
                 f"job kind {kind!r} is already handled by {_qualname(existing.handler)}")
         _registry[kind] = Registration(kind, handler, timeout,
-                                       inspect.iscoroutinefunction(handler), parsed)
+                                       inspect.iscoroutinefunction(handler), parsed,
+                                       max_running)
         return handler
 
     return register
@@ -106,6 +117,11 @@ def registration_for(kind: str) -> Registration | None:
 
 def registered_kinds() -> list[str]:
     return sorted(_registry)
+
+
+def limits() -> dict[str, int | None]:
+    """{kind: max_running or None} of every registered kind."""
+    return {kind: r.max_running for kind, r in sorted(_registry.items())}
 
 
 def scheduled() -> list[Registration]:

@@ -121,6 +121,16 @@ class Worker:
         #: Whether a claim now could find something: set by a wake-up, a
         #: kick, the poll timer or a claim that took all it asked for.
         self.may_have_work = True
+        #: Whether any kind is limited, fleet-wide (job_queue_limits), and
+        #: whether claim_limited_jobs could find something now: set by what
+        #: sets may_have_work, and by a limited claim that left some behind.
+        #: A limited kind's slot that frees notifies (migrations/0004).
+        self.limits_exist = False
+        self.limited_may_have_work = True
+        #: Whether this worker's registry was written to job_queue_limits,
+        #: and when to try again after a failure.
+        self._limits_synced = False
+        self._next_limits_sync = 0.0
         #: When an idle worker looks again without being woken.
         self._idle_until = 0.0
         self._poll_backoff = 0.0
@@ -285,6 +295,13 @@ class Worker:
 
     def _claim_while_room(self) -> None:
         while (room := self._room_to_claim()) > 0:
+            if self.limits_exist and self.limited_may_have_work:
+                claimed, more_due = self.holdings.claim_limited()
+                self.limited_may_have_work = more_due
+                if more_due and claimed and self.kicks is not None:
+                    self.kicks.kick()
+                if claimed:
+                    continue
             claimed, more_due = self.holdings.claim(room)
             if more_due and self.kicks is not None:
                 self.kicks.kick()
@@ -323,8 +340,29 @@ class Worker:
                   "polling only" if self.token is None
                   else "listening" if self.store.listen else "woken by the listener")
         self.holdings.after_reconnect()
+        self._sync_limits()
         # Whatever was announced while the connection was down went unheard.
+        self._expect_work()
+
+    def _expect_work(self) -> None:
         self.may_have_work = True
+        self.limited_may_have_work = True
+
+    def _sync_limits(self) -> None:
+        """Write the registry's max_running to job_queue_limits, once, where
+        every worker of the fleet reads it (see db.JobStore.sync_limits)."""
+        if self._limits_synced or time.monotonic() < self._next_limits_sync:
+            return
+        try:
+            for change in self.store.sync_limits(registry.limits()):
+                log.info("worker %d: limit of %s", self.index, change)
+            self._limits_synced = True
+        except psycopg2.errors.LockNotAvailable:
+            # A long transaction keeps job_queue locked; claims go on meanwhile.
+            self._next_limits_sync = time.monotonic() + 5.0
+            log.warning("worker %d: could not apply the registry's limits yet (job_queue is"
+                        " locked by a long transaction); trying again in 5s", self.index)
+        self.limits_exist = bool(self.store.limits())
 
     def _database_failed(self, exc: BaseException) -> None:
         self.store.close()
@@ -345,6 +383,7 @@ class Worker:
             self.title("idle")
         if self.token is not None:
             self._take_listener_token()
+        self._sync_limits()
         now = time.monotonic()
         if self.token is None:
             # Polling only: back off while the queue stays empty.
@@ -355,7 +394,7 @@ class Worker:
             wait = self.config.poll_seconds
         # Every idle worker watches the clock for delayed jobs: no NOTIFY
         # comes when a run_at passes, and the listener may be full by then.
-        until_due = self.store.seconds_until_next_due(self.holdings.queues)
+        until_due, self.limits_exist = self.store.seconds_until_next_due(self.holdings.queues)
         if until_due is not None:
             wait = min(wait, max(until_due, 0.0))
         self._idle_until = now + wait
@@ -420,10 +459,10 @@ class Worker:
             self._heard_wanted_notification()
         if self.kicks is not None and self.kicks.fileno() in ready and free:
             if self.kicks.take():
-                self.may_have_work = True
+                self._expect_work()
                 self._take_listener_token()
         if room and not self.may_have_work and time.monotonic() >= self._idle_until:
-            self.may_have_work = True  # the poll backstop, or a delayed job fell due
+            self._expect_work()  # the poll backstop, or a delayed job fell due
 
     def _heard_wanted_notification(self) -> bool:
         try:
@@ -438,7 +477,7 @@ class Worker:
             if self.kicks is not None:
                 self.kicks.kick()  # busy here: somebody else should look
             return False
-        self.may_have_work = True
+        self._expect_work()
         return True
 
     def _drain_wake_pipe(self) -> None:

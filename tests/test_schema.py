@@ -20,6 +20,7 @@ SPEC_COLUMNS = {
     "created_at": "timestamp with time zone", "finished_at": "timestamp with time zone",
     "checkpoint": "jsonb", "started_at": "timestamp with time zone",
     "cancel_requested": "boolean", "priority": "smallint", "unique_key": "text",
+    "limited": "boolean",
 }
 
 
@@ -206,7 +207,7 @@ def readme_prisma_models():
 
 def test_the_readme_prisma_models_match_the_migrated_tables(sql):
     models = readme_prisma_models()
-    assert set(models) == {"job_queue", "job_queue_paused"}
+    assert set(models) == {"job_queue", "job_queue_paused", "job_queue_limits"}
     for table, columns in models.items():
         found = {name: (data_type, nullable == "YES") for name, data_type, nullable in sql.rows(
             "SELECT column_name, data_type, is_nullable FROM information_schema.columns"

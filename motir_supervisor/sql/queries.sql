@@ -7,6 +7,9 @@
 -- migrations/0001; db.WAKEUP_CHANNEL names it for tests and tools).
 LISTEN motir_job_queue;
 
+-- no_jit --
+SET jit = off;
+
 -- claim_due_jobs --
 -- One statement, hence one transaction: it locks due rows, skipping rows
 -- another worker holds, and writes the claim before anything else can see
@@ -32,14 +35,18 @@ LISTEN motir_job_queue;
 -- planner then sorts the whole backlog instead of walking the index; the
 -- test makes it an even bet, and skips the array when nothing is paused.
 --
+-- Jobs of a limited kind are not this claim's (migrations/0004): see
+-- claim_limited_jobs.
+--
 -- more_due says whether a due row is left beside the ones claimed, so that
 -- a worker whose claim took all it asked for can wake another one: a walk
 -- of job_queue_due (run_at, id) from the earliest, which ends at now().
 WITH RECURSIVE priorities AS (
-    (SELECT priority FROM job_queue WHERE state = 'pending' ORDER BY priority LIMIT 1)
+    (SELECT priority FROM job_queue WHERE state = 'pending' AND NOT limited
+     ORDER BY priority LIMIT 1)
     UNION ALL
     SELECT (SELECT q.priority FROM job_queue AS q
-            WHERE q.state = 'pending' AND q.priority > p.priority
+            WHERE q.state = 'pending' AND NOT q.limited AND q.priority > p.priority
             ORDER BY q.priority LIMIT 1)
     FROM priorities AS p
     WHERE p.priority IS NOT NULL
@@ -59,6 +66,7 @@ WITH RECURSIVE priorities AS (
             SELECT id
             FROM job_queue
             WHERE state = 'pending'
+              AND NOT limited
               AND priority = p.priority
               AND run_at <= now()
               AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
@@ -78,6 +86,7 @@ SELECT id, queue, kind, payload, attempts, max_attempts, checkpoint,
        (SELECT n.id
         FROM job_queue AS n
         WHERE n.state = 'pending'
+          AND NOT n.limited
           AND n.run_at <= now()
           AND (%(queues)s::text[] IS NULL OR n.queue = ANY(%(queues)s::text[]))
           AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
@@ -92,13 +101,147 @@ ORDER BY priority, run_at, id;
 -- How long until the earliest pending job of these queues is due (negative
 -- when one is due already): an idle worker sleeps no longer than that. The
 -- database's clock decides, so a skewed worker clock does not matter. A
--- paused queue's jobs are not waited for: `resume` wakes the workers.
-SELECT extract(epoch FROM min(run_at) - clock_timestamp())::float8
-FROM job_queue
-WHERE state = 'pending'
-  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-  AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
-       OR queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)));
+-- paused queue's jobs are not waited for: `resume` wakes the workers. Nor
+-- are the jobs of a limited kind at its limit: a slot of it that frees
+-- wakes the workers (migrations/0004). The kinds with a free slot are
+-- walked one priority at a time, as claim_limited_jobs does. The second
+-- column says whether any kind is limited, so that a worker knows whether
+-- to run claim_limited_jobs at all.
+WITH RECURSIVE lanes AS (
+    SELECT l.kind,
+           (SELECT min(q.priority) FROM job_queue AS q
+            WHERE q.state = 'pending' AND q.limited AND q.kind = l.kind) AS priority
+    FROM job_queue_limits AS l
+    WHERE l.max_running > (SELECT count(*) FROM job_queue AS r
+                           WHERE r.state = 'running' AND r.limited AND r.kind = l.kind)
+    UNION ALL
+    SELECT lanes.kind,
+           (SELECT min(q.priority) FROM job_queue AS q
+            WHERE q.state = 'pending' AND q.limited AND q.kind = lanes.kind
+              AND q.priority > lanes.priority)
+    FROM lanes
+    WHERE lanes.priority IS NOT NULL
+)
+SELECT extract(epoch FROM least(
+           (SELECT min(run_at)
+            FROM job_queue
+            WHERE state = 'pending'
+              AND NOT limited
+              AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+              AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
+                   OR queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))),
+           (SELECT min((SELECT min(q.run_at)
+                        FROM job_queue AS q
+                        WHERE q.state = 'pending' AND q.limited
+                          AND q.kind = lanes.kind AND q.priority = lanes.priority
+                          AND (%(queues)s::text[] IS NULL OR q.queue = ANY(%(queues)s::text[]))
+                          AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
+                               OR q.queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))))
+            FROM lanes
+            WHERE lanes.priority IS NOT NULL))
+       - clock_timestamp())::float8,
+       EXISTS (SELECT FROM job_queue_limits);
+
+-- lock_limited_claims --
+-- Sent with claim_limited_jobs, before it, in one query string: PostgreSQL
+-- runs the two statements as one transaction, and the claim's snapshot is
+-- taken after this lock is held (see there).
+SELECT pg_advisory_xact_lock(hashtext('motir_supervisor.limited_claims'));
+
+-- claim_limited_jobs --
+-- The claim of the jobs of limited kinds (`@job(max_running=N)`, see
+-- migrations/0004), never more than a kind's max_running running at once
+-- across every worker of every supervisor. Why it cannot overshoot:
+--
+-- * Only this statement claims a limited job. The regular claim takes only
+--   rows that are not `limited`, and the database keeps that column true
+--   on every pending and running row of a limited kind: the route triggers
+--   for rows inserted or retried, sync_limits for the rows already there
+--   when a limit appears.
+-- * This statement runs only after lock_limited_claims, an earlier
+--   statement of its transaction. So limited claims run one at a time,
+--   fleet-wide, and under READ COMMITTED each statement takes its snapshot
+--   when it starts: this one's sees every earlier limited claim committed.
+-- * It counts the kind's running rows in that snapshot. No row starts
+--   running that it does not see (only a limited claim starts one, and none
+--   runs beside it); a row that stopped running since is still counted,
+--   which only leaves a slot for the next claim (the slot's notification
+--   brings it). So it takes at most max_running minus those running.
+--
+-- The lock could not be taken inside this statement: its snapshot would be
+-- older than the lock, and would miss a claim committed while it waited
+-- (tests/test_limits.py keeps that variant as a negative control, and it
+-- overshoots).
+--
+-- The lock serialises only the limited claims, each well under a
+-- millisecond; workers run one only when a limited job may be due (see
+-- worker.py), and only for the slots they have free, so a limited job never
+-- holds a slot of its kind while it waits in a worker's reserve.
+--
+-- Each kind's pending rows are walked one priority at a time, as the
+-- regular claim does, up to the kind's free slots; the kinds' due rows then
+-- go by priority, run_at and id, up to the limit. more_due: more could run
+-- than this claim took.
+WITH RECURSIVE free AS (
+    SELECT l.kind,
+           l.max_running - (SELECT count(*) FROM job_queue AS r
+                            WHERE r.state = 'running' AND r.limited AND r.kind = l.kind) AS slots
+    FROM job_queue_limits AS l
+), lanes AS (
+    SELECT f.kind, f.slots,
+           (SELECT min(q.priority) FROM job_queue AS q
+            WHERE q.state = 'pending' AND q.limited AND q.kind = f.kind) AS priority
+    FROM free AS f
+    WHERE f.slots > 0
+    UNION ALL
+    SELECT lanes.kind, lanes.slots,
+           (SELECT min(q.priority) FROM job_queue AS q
+            WHERE q.state = 'pending' AND q.limited AND q.kind = lanes.kind
+              AND q.priority > lanes.priority)
+    FROM lanes
+    WHERE lanes.priority IS NOT NULL
+), candidates AS (
+    SELECT due.id, due.priority, due.run_at, lanes.slots,
+           row_number() OVER (PARTITION BY lanes.kind
+                              ORDER BY due.priority, due.run_at, due.id) AS place
+    FROM lanes
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at
+        FROM job_queue
+        WHERE state = 'pending'
+          AND limited
+          AND kind = lanes.kind
+          AND priority = lanes.priority
+          AND run_at <= now()
+          AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+          AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
+               OR queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
+        ORDER BY run_at, id
+        LIMIT lanes.slots
+        FOR UPDATE SKIP LOCKED
+    ) AS due
+    WHERE lanes.priority IS NOT NULL
+), chosen AS (
+    SELECT id
+    FROM candidates
+    WHERE place <= slots
+    ORDER BY priority, run_at, id
+    LIMIT %(limit)s
+), claimed AS (
+    UPDATE job_queue AS j
+    SET state = 'running',
+        locked_by = %(claimant)s,
+        lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_seconds)s),
+        attempts = j.attempts + 1,
+        started_at = now()
+    WHERE j.id = ANY(ARRAY(SELECT id FROM chosen))
+    RETURNING j.id, j.queue, j.kind, j.payload, j.attempts, j.max_attempts, j.checkpoint,
+              j.priority, j.run_at
+)
+SELECT id, queue, kind, payload, attempts, max_attempts, checkpoint,
+       (SELECT count(*) FROM candidates WHERE place <= slots) > %(limit)s AS more_due
+FROM claimed
+ORDER BY priority, run_at, id;
 
 -- renew_leases --
 -- Fenced on the claimant: a lease another process took over is not renewed,
@@ -296,6 +439,57 @@ RETURNING id;
 -- schedules --
 SELECT kind, spec, last_instant FROM job_queue_schedules ORDER BY kind;
 
+-- limits --
+SELECT kind, max_running FROM job_queue_limits ORDER BY kind;
+
+-- lock_limits_sync --
+-- Workers of every supervisor write the limits of their registry when they
+-- start (db.JobStore.sync_limits); one at a time.
+SELECT pg_advisory_xact_lock(hashtext('motir_supervisor.limits_sync'));
+
+-- lock_job_queue_for_routing --
+-- Before a kind changes lanes (its limit appears or goes): SHARE ROW
+-- EXCLUSIVE waits for every transaction writing job_queue to end and keeps
+-- new writes out until the reroute commits. So no insert can route a row by
+-- the limits as they were and commit after the reroute read the rows: one
+-- that committed before is rerouted, one after reads the new limits. It
+-- holds the fleet's claims for as long as the reroute takes (one UPDATE of
+-- that kind's pending and running rows), which happens once per change of
+-- a limit's existence, not per start; a transaction that keeps job_queue
+-- locked longer than the timeout makes the worker try again later.
+SET LOCAL lock_timeout = '2s';
+LOCK TABLE job_queue IN SHARE ROW EXCLUSIVE MODE;
+
+-- set_limit --
+INSERT INTO job_queue_limits (kind, max_running) VALUES (%(kind)s, %(max_running)s)
+ON CONFLICT (kind) DO UPDATE SET max_running = excluded.max_running, updated_at = now()
+WHERE job_queue_limits.max_running <> excluded.max_running;
+
+-- drop_limit --
+DELETE FROM job_queue_limits WHERE kind = %(kind)s;
+
+-- analyze_limits --
+-- The table is a few rows, too few ever to reach autovacuum's threshold:
+-- without statistics the planner takes it for some thousand rows, and on
+-- that estimate compiles claim_limited_jobs with JIT (0.6 s a claim, where
+-- it takes 0.3 ms). Its writer refreshes them.
+ANALYZE job_queue_limits;
+
+-- route_kind --
+-- The update names neither state nor kind: no trigger of job_queue fires.
+UPDATE job_queue
+SET limited = %(limited)s
+WHERE kind = %(kind)s
+  AND state IN ('pending', 'running')
+  AND limited <> %(limited)s;
+
+-- status_limits --
+SELECT l.kind, l.max_running,
+       (SELECT count(*) FROM job_queue AS r
+        WHERE r.state = 'running' AND r.limited AND r.kind = l.kind)
+FROM job_queue_limits AS l
+ORDER BY l.kind;
+
 -- cancel_job --
 -- Pending or failed: cancelled now. Running: flagged, so that its worker
 -- stops it (see migrations/0002). Returns the state the job was in, so the
@@ -389,9 +583,12 @@ GROUP BY queue, state
 ORDER BY queue, state;
 
 -- status_oldest_due --
-SELECT extract(epoch FROM now() - min(run_at))
-FROM job_queue
-WHERE state = 'pending' AND run_at <= now();
+-- Each lane through its index (migrations/0004).
+SELECT extract(epoch FROM now() - least(
+    (SELECT min(run_at) FROM job_queue
+     WHERE state = 'pending' AND NOT limited AND run_at <= now()),
+    (SELECT min(run_at) FROM job_queue
+     WHERE state = 'pending' AND limited AND run_at <= now())));
 
 -- status_running --
 SELECT id, queue, kind, attempts, locked_by,
