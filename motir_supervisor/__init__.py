@@ -7,8 +7,16 @@ Handlers register with :func:`job`::
     @job("send_email")
     def send_email(j):
         ...
+
+Producers enqueue inside their own transaction with :func:`enqueue` and
+:func:`enqueue_many` (see api.py)::
+
+    from motir_supervisor import enqueue
+
+    enqueue(conn, "send_email", {"to": "a@b.c"})  # conn: a psycopg2 connection
 """
 
+from .api import enqueue, enqueue_many
 from .registry import Interrupted, Job, PermanentFailure, Snooze, job
 
-__all__ = ["Interrupted", "Job", "PermanentFailure", "Snooze", "job"]
+__all__ = ["Interrupted", "Job", "PermanentFailure", "Snooze", "enqueue", "enqueue_many", "job"]

@@ -176,6 +176,10 @@ def enqueue(database_url, kind, payload, delay, queue, max_attempts, priority,
         decoded = json.loads(payload)
     except json.JSONDecodeError as exc:
         raise click.ClickException(f"--payload is not valid JSON: {exc}") from None
+    try:
+        db.encode_payload(decoded)  # json.loads takes NaN, which jsonb refuses
+    except ValueError as exc:
+        raise click.ClickException(f"--payload: {exc}") from None
     with database(database_url, "enqueue") as store:
         job_id, inserted = store.enqueue(kind, decoded, queue=queue, delay_seconds=delay,
                                          max_attempts=max_attempts, priority=priority,

@@ -99,11 +99,17 @@ def test_app_import_error_is_one_line_and_names_the_module():
     assert "no_such_module_here" in message and "\n" not in message
 
 
-def test_enqueue_rejects_invalid_json_before_touching_the_database():
-    result = CliRunner().invoke(cli.main, ["enqueue", "x", "--payload", "{nope",
+@pytest.mark.parametrize("payload, message", [
+    ("{nope", "--payload is not valid JSON"),
+    # json.loads takes NaN; PostgreSQL's jsonb does not.
+    ('{"ratio": NaN}', "--payload: payload cannot be stored as JSON: Out of range float values"),
+])
+def test_enqueue_rejects_a_payload_it_cannot_store_before_touching_the_database(
+        payload, message):
+    result = CliRunner().invoke(cli.main, ["enqueue", "x", "--payload", payload,
                                            "--database-url", "postgresql://u:pw@127.0.0.1:1/x"])
     assert result.exit_code != 0
-    assert "--payload is not valid JSON" in result.output
+    assert message in result.output
     assert len(result.output.strip().splitlines()) == 1
 
 

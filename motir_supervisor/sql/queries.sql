@@ -382,31 +382,58 @@ FROM stale
 WHERE j.id = stale.id
 RETURNING j.id, j.state;
 
--- enqueue --
--- max_attempts is left to the column default, which has one home: the schema.
+-- enqueue_jobs --
+-- Any number of jobs in one statement (db.enqueue_jobs), in whatever
+-- transaction the caller's connection is in; each array holds one value a
+-- job. Each (queue, unique key) comes once (enqueue_jobs sends a key once),
+-- so a keyed row is found in the result by its key.
+--
 -- A unique key another pending or running job of the queue holds inserts
--- nothing (and returns no id); any other conflict is still an error.
-INSERT INTO job_queue (kind, payload, queue, run_at, priority, unique_key)
-VALUES (%(kind)s, %(payload)s, %(queue)s, now() + make_interval(secs => %(delay_seconds)s),
-        %(priority)s, %(unique_key)s)
-ON CONFLICT (queue, unique_key)
-    WHERE unique_key IS NOT NULL AND state IN ('pending', 'running') DO NOTHING
-RETURNING id;
+-- nothing, and that job is missing from the result; any other conflict is
+-- still an error. A holder not committed yet makes the statement wait for
+-- its transaction, as with any unique index: it conflicts once the holder
+-- commits, and inserts if the holder rolls back.
+--
+-- An INSERT ... SELECT cannot say DEFAULT for some of its rows only, so a
+-- job without max_attempts gets the column's default as the catalog holds
+-- it: the schema stays the one home of that number.
+--
+-- The rows draw their ids in the order given (an INSERT ... SELECT ...
+-- ORDER BY draws identity values in that order: SQLAlchemy's bulk inserts
+-- rely on it too), and the result is sorted by id, so its n-th row without
+-- a unique key belongs to the n-th such job given. A delay counts from
+-- statement_timestamp(), not now(): in a transaction that has been open for
+-- a while, from the enqueue rather than from BEGIN.
+WITH inserted AS (
+    INSERT INTO job_queue (kind, payload, queue, run_at, priority, unique_key, max_attempts)
+    SELECT j.kind, j.payload, j.queue,
+           coalesce(j.run_at, statement_timestamp() + make_interval(secs => j.delay_seconds)),
+           j.priority, j.unique_key,
+           coalesce(j.max_attempts,
+                    (SELECT pg_get_expr(d.adbin, d.adrelid)::integer
+                     FROM pg_attrdef AS d
+                     JOIN pg_attribute AS a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+                     WHERE d.adrelid = 'job_queue'::regclass AND a.attname = 'max_attempts'))
+    FROM unnest(%(kind)s::text[], %(payload)s::jsonb[], %(queue)s::text[],
+                %(run_at)s::timestamptz[], %(delay_seconds)s::float8[],
+                %(priority)s::smallint[], %(unique_key)s::text[], %(max_attempts)s::integer[])
+         WITH ORDINALITY AS j(kind, payload, queue, run_at, delay_seconds, priority, unique_key,
+                              max_attempts, position)
+    ORDER BY j.position
+    ON CONFLICT (queue, unique_key)
+        WHERE unique_key IS NOT NULL AND state IN ('pending', 'running') DO NOTHING
+    RETURNING id, queue, unique_key
+)
+SELECT id, queue, unique_key FROM inserted ORDER BY id;
 
--- enqueue_with_max_attempts --
-INSERT INTO job_queue (kind, payload, queue, run_at, priority, unique_key, max_attempts)
-VALUES (%(kind)s, %(payload)s, %(queue)s, now() + make_interval(secs => %(delay_seconds)s),
-        %(priority)s, %(unique_key)s, %(max_attempts)s)
-ON CONFLICT (queue, unique_key)
-    WHERE unique_key IS NOT NULL AND state IN ('pending', 'running') DO NOTHING
-RETURNING id;
-
--- job_holding_unique_key --
-SELECT id
-FROM job_queue
-WHERE queue = %(queue)s
-  AND unique_key = %(unique_key)s
-  AND state IN ('pending', 'running');
+-- jobs_holding_unique_keys --
+-- The pending or running job holding each (queue, unique key), for the jobs
+-- enqueue_jobs skipped. A key missing from the result was freed meanwhile
+-- (its holder finished): enqueue_jobs inserts that job again.
+SELECT k.queue, k.unique_key, j.id
+FROM unnest(%(queue)s::text[], %(unique_key)s::text[]) AS k(queue, unique_key)
+JOIN job_queue AS j
+  ON j.queue = k.queue AND j.unique_key = k.unique_key AND j.state IN ('pending', 'running');
 
 -- database_now --
 SELECT clock_timestamp();

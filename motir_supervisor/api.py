@@ -1,0 +1,129 @@
+"""Enqueueing from Python, inside the caller's transaction.
+
+A web request that enqueues a job and then fails rolls the job back with
+everything else it wrote::
+
+    from motir_supervisor import enqueue
+
+    with conn:  # a psycopg2 connection: commits on success, rolls back on error
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO reports (id) VALUES (%s)", (7,))
+        enqueue(conn, "rebuild_report", {"report": 7}, unique_key="report:7")
+
+This module checks the arguments and turns them into :class:`db.NewJob`
+values; db.py runs the statements. It never commits, rolls back or changes
+``autocommit``, and holds no SQL. On a connection in autocommit, each call is
+its own transaction (and the retries of a taken unique key, see
+:func:`db.enqueue_jobs`, are transactions of their own).
+
+The wake-up trigger notifies the workers when the transaction commits; a
+rolled-back one wakes nobody. A unique key held by a job that another
+transaction inserted and has not committed yet makes the call wait for that
+transaction, as with any unique index: if it commits, its job's id is
+returned; if it rolls back, the job is inserted. Two transactions taking the
+same keys in opposite orders can deadlock, and PostgreSQL then aborts one of
+them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import inspect
+import math
+from typing import Any, Iterable, Mapping
+
+import psycopg2.extensions
+
+from . import db
+
+
+def enqueue(conn: psycopg2.extensions.connection, kind: str, payload: Any = None, *,
+            queue: str = "default", delay: float | None = None,
+            run_at: datetime.datetime | None = None, priority: int = 0,
+            unique_key: str | None = None, max_attempts: int | None = None) -> int:
+    """Insert one job in ``conn``'s transaction and return its id; with a
+    ``unique_key`` another pending or running job of ``queue`` holds, insert
+    nothing and return that job's id.
+
+    ``payload`` is stored as JSON (None as ``{}``). The job falls due
+    ``delay`` seconds after this call, or at ``run_at`` (an aware datetime),
+    or at once; ``delay`` and ``run_at`` together are a ValueError.
+    ``max_attempts`` None leaves the schema's default.
+
+    A bad argument raises TypeError or ValueError before anything is sent, so
+    the transaction stays usable. Values the schema refuses (a
+    ``max_attempts`` below 1, a ``priority`` outside a smallint) fail the
+    statement, and that aborts the transaction, like any failed statement:
+    roll it back.
+    """
+    return db.enqueue_jobs(_connection(conn), [_new_job(
+        kind, payload, queue=queue, delay=delay, run_at=run_at, priority=priority,
+        unique_key=unique_key, max_attempts=max_attempts)])[0][0]
+
+
+def enqueue_many(conn: psycopg2.extensions.connection,
+                 jobs: Iterable[Mapping[str, Any]]) -> list[int]:
+    """Insert many jobs in one statement, in ``conn``'s transaction; their ids
+    in the order given.
+
+    Each job is a dict of :func:`enqueue`'s arguments (``kind``, ``payload``,
+    ``queue``, ...), with the same rules. A job whose unique key an earlier
+    one of the same call has gets that one's id, as it would from two calls.
+    A bad job raises before anything is sent, naming its place (``jobs[3]``).
+    """
+    conn = _connection(conn)
+    new_jobs = []
+    for place, job in enumerate(jobs):
+        try:
+            if not isinstance(job, Mapping):
+                raise TypeError(f"a job is a dict of enqueue's arguments, not"
+                                f" {type(job).__name__}")
+            unknown = sorted(set(job) - _ARGUMENTS)
+            if unknown:
+                raise TypeError(f"enqueue takes no argument {unknown[0]!r}")
+            if "kind" not in job:
+                raise TypeError("a job needs a kind")
+            new_jobs.append(_new_job(**job))
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"jobs[{place}]: {exc}") from exc
+    return [job_id for job_id, _ in db.enqueue_jobs(conn, new_jobs)]
+
+
+def _connection(conn: Any) -> psycopg2.extensions.connection:
+    if not isinstance(conn, psycopg2.extensions.connection):
+        raise TypeError(f"conn must be a psycopg2 connection, not {type(conn).__name__}")
+    return conn
+
+
+def _new_job(kind: str, payload: Any = None, *, queue: str = "default",
+             delay: float | None = None, run_at: datetime.datetime | None = None,
+             priority: int = 0, unique_key: str | None = None,
+             max_attempts: int | None = None) -> db.NewJob:
+    # What the schema would refuse only after aborting the transaction.
+    for name, value, types, what in (
+            ("kind", kind, str, "a str"), ("queue", queue, str, "a str"),
+            ("unique_key", unique_key, (str, type(None)), "a str or None"),
+            ("priority", priority, int, "an int"),
+            ("max_attempts", max_attempts, (int, type(None)), "an int or None")):
+        if not isinstance(value, types) or isinstance(value, bool):
+            raise TypeError(f"{name} must be {what}, not {value!r}")
+    if delay is not None and run_at is not None:
+        raise ValueError("give delay or run_at, not both")
+    if run_at is not None:
+        if not isinstance(run_at, datetime.datetime):
+            raise TypeError(f"run_at must be a datetime, not {run_at!r}")
+        if run_at.utcoffset() is None:
+            # PostgreSQL would read it in the session's time zone, whatever
+            # the caller meant.
+            raise ValueError(f"run_at must be an aware datetime (with tzinfo), not {run_at!r}")
+    if delay is not None:
+        if not isinstance(delay, (int, float)) or isinstance(delay, bool):
+            raise TypeError(f"delay must be a number of seconds, not {delay!r}")
+        if not (math.isfinite(delay) and delay >= 0):
+            raise ValueError(f"delay must be a finite number of seconds >= 0, not {delay!r}")
+    return db.NewJob(kind, db.encode_payload(payload), queue, run_at,
+                     0.0 if delay is None else float(delay), priority, unique_key, max_attempts)
+
+
+#: What a dict of enqueue_many may hold.
+_ARGUMENTS = frozenset(inspect.signature(_new_job).parameters)
