@@ -18,6 +18,8 @@ measures, in this order:
   job slots, with the fleet's memory and database connections;
 - idle cost: CPU and database transactions of a fleet with nothing to do,
   from 3 s after its start and from 3 s after a burst;
+- the job model (benchmarks/job_model.py): priorities and unique keys, and
+  urgent jobs behind a deep backlog;
 - with ``--peers``, the peers of issue 5 on the same jobs with the same
   parallelism, each in its own database of the same server (see
   benchmarks/peers: they are installed apart from the project and only called).
@@ -44,7 +46,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from benchmarks import waiting
+from benchmarks import job_model, waiting
 from benchmarks.peers import PeerRun, Runtimes, configurations
 from benchmarks.peers import measure as measure_peer
 from tests.helpers import Sql, wait_until
@@ -103,7 +105,7 @@ SELECT EXISTS (SELECT FROM job_queue WHERE state = 'pending')
 MAX_CONNECTIONS = 400
 
 
-SECTIONS = ("throughput", "latency", "io", "idle")
+SECTIONS = ("throughput", "latency", "io", "idle", "model")
 
 
 class BenchError(RuntimeError):
@@ -212,6 +214,8 @@ class BenchResults:
     idle: tuple[IdleCost, ...]
     #: None unless run with --peers; a failed peer has no figures and says why.
     peers: tuple[PeerRun, ...] | None
+    #: Issue 10's targets: priorities and unique keys, urgent jobs behind a backlog.
+    job_model: job_model.JobModelRun | None = None
 
     def as_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -552,11 +556,12 @@ class Bench:
                 io_peers = waiting.measure_io_peers(self)
         if "idle" in only:
             idle = self.measure_idle_cost()
+        model = job_model.measure_job_model(self) if "model" in only else None
         return BenchResults(
             measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             settings=self.settings, machine=machine, pgbench=pgbench, throughput=throughput,
             bloated=bloated, latency=latency, io_bound=io_bound, io_peers=io_peers, idle=idle,
-            peers=self.measure_peers() if "throughput" in only else None)
+            peers=self.measure_peers() if "throughput" in only else None, job_model=model)
 
 
 # -- the report -------------------------------------------------------------------
@@ -596,6 +601,8 @@ def format_report(results: BenchResults) -> str:
             lines.append(f"  {name:<{width}} {seconds:>8.2f} {rate:>9,.0f} {rate / base:>10.2f}")
     if results.latency:
         lines += ["", *waiting.format_latency(results.latency)]
+    if results.job_model:
+        lines += ["", *job_model.format_job_model(results.job_model)]
     if results.io_bound or results.io_peers:
         lines += ["", *waiting.format_io(results.io_bound, results.io_peers)]
     if results.idle:

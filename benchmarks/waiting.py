@@ -107,7 +107,8 @@ def percentile(ordered: Sequence[float], fraction: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
 
 
-def insert_stamped(bench: "Bench", count: int, interval_ms: float) -> dict[int, object]:
+def insert_stamped(bench: "Bench", count: int, interval_ms: float,
+                   priority: int = 0) -> dict[int, object]:
     """Insert ``count`` stamp jobs one statement at a time at a steady rate;
     each id with the server's clock as its insert ran."""
     enqueued = {}
@@ -115,8 +116,8 @@ def insert_stamped(bench: "Bench", count: int, interval_ms: float) -> dict[int, 
     for i in range(count):
         # Deliberate pacing on a fixed schedule, so a slow insert shifts no later one.
         time.sleep(max(0.0, start + i * interval_ms / 1000 - time.monotonic()))
-        job_id, at = bench.sql.rows("INSERT INTO job_queue (kind) VALUES ('stamp')"
-                                    " RETURNING id, clock_timestamp()")[0]
+        job_id, at = bench.sql.rows("INSERT INTO job_queue (kind, priority) VALUES ('stamp', %s)"
+                                    " RETURNING id, clock_timestamp()", (priority,))[0]
         enqueued[job_id] = at
     return enqueued
 
