@@ -98,6 +98,8 @@ class ClaimedJob(NamedTuple):
     attempt: int
     max_attempts: int
     checkpoint_data: Any
+    #: Smaller first: a worker starts its claimed jobs in this order.
+    priority: int = 0
 
 
 class Outcome(NamedTuple):
@@ -403,7 +405,7 @@ class JobStore:
             "claimant": claimant, "limit": limit, "lease_seconds": lease_seconds,
             "queues": list(queues) if queues else None,
         })
-        return [ClaimedJob(*row[:7]) for row in rows], bool(rows) and rows[0][7]
+        return [ClaimedJob(*row[:8]) for row in rows], bool(rows) and rows[0][8]
 
     def claim_limited_jobs(self, claimant: str, limit: int, lease_seconds: float,
                            queues: Sequence[str] | None) -> tuple[list[ClaimedJob], bool]:
@@ -413,7 +415,7 @@ class JobStore:
             "claimant": claimant, "limit": limit, "lease_seconds": lease_seconds,
             "queues": list(queues) if queues else None,
         }, after="lock_limited_claims")
-        return [ClaimedJob(*row[:7]) for row in rows], bool(rows) and rows[0][7]
+        return [ClaimedJob(*row[:8]) for row in rows], bool(rows) and rows[0][8]
 
     def seconds_until_next_due(self, queues: Sequence[str] | None) -> tuple[float | None, bool]:
         """(seconds, whether any kind is limited); the seconds are None when no

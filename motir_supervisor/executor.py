@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import heapq
 import logging
 import os
 import threading
@@ -157,7 +158,15 @@ class Executor:
         for run in runs:
             run.submitted = now
         with self._lock:
-            self._ready.extend(runs)
+            ready = self._ready
+            if ready and runs and runs[0].claimed.priority < ready[-1].claimed.priority:
+                # Ready runs stay in priority order (each claim returns its
+                # jobs in that order): an urgent job claimed behind a batch
+                # of others starts before them, FIFO within a priority.
+                self._ready = collections.deque(heapq.merge(
+                    ready, runs, key=lambda run: run.claimed.priority))
+            else:
+                ready.extend(runs)
             self._start_more(None)
 
     def nudge(self) -> None:

@@ -64,7 +64,7 @@ def test_the_claim_finds_its_rows_through_the_primary_key_not_a_table_scan(sql):
      "job_queue_claim"),
     ("claim_due_jobs", {"claimant": "c", "limit": 1, "lease_seconds": 30, "queues": ["q"]},
      "job_queue_claim"),
-    ("seconds_until_next_due", {"queues": None}, "job_queue_due"),
+    ("seconds_until_next_due", {"queues": None}, "job_queue_claim"),
     # These two may walk the primary key or the partial index of running rows.
     ("record_successes", {"claimant": "c", "ids": [1, 2]}, "Index"),
     ("renew_leases", {"claimant": "c", "ids": [1, 2], "lease_seconds": 30}, "Index"),

@@ -6,6 +6,8 @@ import logging
 import os
 import random
 import re
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -217,3 +219,36 @@ def test_snooze_takes_a_sane_number_of_seconds(seconds):
     from motir_supervisor import Snooze
     with pytest.raises(ValueError, match="Snooze takes seconds"):
         Snooze(seconds)
+
+
+def test_an_urgent_run_starts_before_the_ready_runs_of_a_batch_claimed_earlier():
+    from motir_supervisor.executor import Claim, Executor, Run
+
+    release, order = threading.Event(), []
+
+    def handler(j):
+        if j.payload == "first":
+            release.wait(5)
+        order.append(j.payload)
+
+    registration = registry.Registration("ordered", handler, None)
+    entries = ledger.Ledger(8)
+    executor = Executor(1, entries, retry_base=1, retry_cap=1, wake=lambda: None,
+                        save_checkpoint=lambda *a: True, title=lambda text: None)
+
+    ids = iter(range(1, 100))
+
+    def runs(names, priority):
+        claim = Claim(0.0, 1, len(names))
+        return [Run(db.ClaimedJob(job_id, "default", "ordered", name, 1, 5, None, priority),
+                    claim, entries.claim(job_id), registration)
+                for job_id, name in zip(ids, names)]
+
+    executor.submit(runs(["first", "batch-2", "batch-3"], 5))
+    executor.submit(runs(["urgent"], -1))
+    executor.submit(runs(["later"], 5))
+    release.set()
+    deadline = time.monotonic() + 5
+    while len(order) < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert order == ["first", "urgent", "batch-2", "batch-3", "later"]

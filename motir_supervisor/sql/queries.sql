@@ -39,8 +39,11 @@ SET jit = off;
 -- claim_limited_jobs.
 --
 -- more_due says whether a due row is left beside the ones claimed, so that
--- a worker whose claim took all it asked for can wake another one: a walk
--- of job_queue_due (run_at, id) from the earliest, which ends at now().
+-- a worker whose claim took all it asked for can wake another one: the same
+-- walk, priority by priority, past the rows just claimed (which this
+-- statement's snapshot still sees pending). NOT IN of the subquery is
+-- hashed: `id <> ALL` of an array compared every row with every claimed id,
+-- 8 ms of a 14 ms claim of 512 jobs.
 WITH RECURSIVE priorities AS (
     (SELECT priority FROM job_queue WHERE state = 'pending' AND NOT limited
      ORDER BY priority LIMIT 1)
@@ -82,18 +85,25 @@ WITH RECURSIVE priorities AS (
     RETURNING j.id, j.queue, j.kind, j.payload, j.attempts, j.max_attempts, j.checkpoint,
               j.priority, j.run_at
 )
-SELECT id, queue, kind, payload, attempts, max_attempts, checkpoint,
-       (SELECT n.id
-        FROM job_queue AS n
-        WHERE n.state = 'pending'
-          AND NOT n.limited
-          AND n.run_at <= now()
-          AND (%(queues)s::text[] IS NULL OR n.queue = ANY(%(queues)s::text[]))
-          AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
-               OR n.queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
-          AND n.id <> ALL (ARRAY(SELECT id FROM claimed))
-        ORDER BY n.run_at, n.id
-        LIMIT 1) IS NOT NULL AS more_due
+SELECT id, queue, kind, payload, attempts, max_attempts, checkpoint, priority,
+       EXISTS (
+           SELECT
+           FROM priorities AS p
+           CROSS JOIN LATERAL (
+               SELECT
+               FROM job_queue AS n
+               WHERE n.state = 'pending'
+                 AND NOT n.limited
+                 AND n.priority = p.priority
+                 AND n.run_at <= now()
+                 AND (%(queues)s::text[] IS NULL OR n.queue = ANY(%(queues)s::text[]))
+                 AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
+                      OR n.queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
+                 AND n.id NOT IN (SELECT id FROM claimed)
+               ORDER BY n.run_at, n.id
+               LIMIT 1
+           ) AS left_over
+           WHERE p.priority IS NOT NULL) AS more_due
 FROM claimed
 ORDER BY priority, run_at, id;
 
@@ -103,11 +113,21 @@ ORDER BY priority, run_at, id;
 -- database's clock decides, so a skewed worker clock does not matter. A
 -- paused queue's jobs are not waited for: `resume` wakes the workers. Nor
 -- are the jobs of a limited kind at its limit: a slot of it that frees
--- wakes the workers (migrations/0004). The kinds with a free slot are
--- walked one priority at a time, as claim_limited_jobs does. The second
+-- wakes the workers (migrations/0004). Both lanes are walked one priority
+-- at a time, as the claims do: the earliest run_at of each priority is the
+-- first entry of its range of the index. The second
 -- column says whether any kind is limited, so that a worker knows whether
 -- to run claim_limited_jobs at all.
-WITH RECURSIVE lanes AS (
+WITH RECURSIVE priorities AS (
+    (SELECT priority FROM job_queue WHERE state = 'pending' AND NOT limited
+     ORDER BY priority LIMIT 1)
+    UNION ALL
+    SELECT (SELECT q.priority FROM job_queue AS q
+            WHERE q.state = 'pending' AND NOT q.limited AND q.priority > p.priority
+            ORDER BY q.priority LIMIT 1)
+    FROM priorities AS p
+    WHERE p.priority IS NOT NULL
+), lanes AS (
     SELECT l.kind,
            (SELECT min(q.priority) FROM job_queue AS q
             WHERE q.state = 'pending' AND q.limited AND q.kind = l.kind) AS priority
@@ -123,13 +143,15 @@ WITH RECURSIVE lanes AS (
     WHERE lanes.priority IS NOT NULL
 )
 SELECT extract(epoch FROM least(
-           (SELECT min(run_at)
-            FROM job_queue
-            WHERE state = 'pending'
-              AND NOT limited
-              AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-              AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
-                   OR queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))),
+           (SELECT min((SELECT min(q.run_at)
+                        FROM job_queue AS q
+                        WHERE q.state = 'pending' AND NOT q.limited
+                          AND q.priority = p.priority
+                          AND (%(queues)s::text[] IS NULL OR q.queue = ANY(%(queues)s::text[]))
+                          AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
+                               OR q.queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))))
+            FROM priorities AS p
+            WHERE p.priority IS NOT NULL),
            (SELECT min((SELECT min(q.run_at)
                         FROM job_queue AS q
                         WHERE q.state = 'pending' AND q.limited
@@ -238,7 +260,7 @@ WITH RECURSIVE free AS (
     RETURNING j.id, j.queue, j.kind, j.payload, j.attempts, j.max_attempts, j.checkpoint,
               j.priority, j.run_at
 )
-SELECT id, queue, kind, payload, attempts, max_attempts, checkpoint,
+SELECT id, queue, kind, payload, attempts, max_attempts, checkpoint, priority,
        (SELECT count(*) FROM candidates WHERE place <= slots) > %(limit)s AS more_due
 FROM claimed
 ORDER BY priority, run_at, id;
@@ -610,10 +632,24 @@ GROUP BY queue, state
 ORDER BY queue, state;
 
 -- status_oldest_due --
--- Each lane through its index (migrations/0004).
+-- Each priority of the regular lane through the claim's index, as
+-- seconds_until_next_due walks it; the limited lane is read whole (it is
+-- the index of a few kinds' rows).
+WITH RECURSIVE priorities AS (
+    (SELECT priority FROM job_queue WHERE state = 'pending' AND NOT limited
+     ORDER BY priority LIMIT 1)
+    UNION ALL
+    SELECT (SELECT q.priority FROM job_queue AS q
+            WHERE q.state = 'pending' AND NOT q.limited AND q.priority > p.priority
+            ORDER BY q.priority LIMIT 1)
+    FROM priorities AS p
+    WHERE p.priority IS NOT NULL
+)
 SELECT extract(epoch FROM now() - least(
-    (SELECT min(run_at) FROM job_queue
-     WHERE state = 'pending' AND NOT limited AND run_at <= now()),
+    (SELECT min((SELECT min(q.run_at) FROM job_queue AS q
+                 WHERE q.state = 'pending' AND NOT q.limited AND q.priority = p.priority
+                   AND q.run_at <= now()))
+     FROM priorities AS p WHERE p.priority IS NOT NULL),
     (SELECT min(run_at) FROM job_queue
      WHERE state = 'pending' AND limited AND run_at <= now())));
 

@@ -44,13 +44,16 @@ CREATE TRIGGER job_queue_route_revived
           OR (NEW.state = 'pending' AND OLD.state NOT IN ('pending', 'running')))
     EXECUTE FUNCTION job_queue_route();
 
--- The regular claim's indexes, without the limited rows.
+-- The regular claim's index, without the limited rows. job_queue_due
+-- (run_at, id) goes: the claim, its more_due and the idle worker's wait all
+-- walk job_queue_claim one priority at a time. Beside it, the planner took
+-- job_queue_due for the claim of one priority when the statistics showed
+-- the backlog at a single priority, and then found an urgent job by reading
+-- the whole backlog (0.8 s behind 1,000,000 rows).
 DROP INDEX job_queue_claim;
 CREATE INDEX job_queue_claim ON job_queue (priority, run_at, id)
     WHERE state = 'pending' AND NOT limited;
 DROP INDEX job_queue_due;
-CREATE INDEX job_queue_due ON job_queue (run_at, id)
-    WHERE state = 'pending' AND NOT limited;
 
 -- The limited claim walks each limited kind's pending rows by priority, and
 -- counts each limited kind's running rows.
