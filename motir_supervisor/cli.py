@@ -111,9 +111,16 @@ def main(ctx: click.Context, log_level: str, log_format: str) -> None:
               help="Serve the fleet's Prometheus metrics on this port.")
 @click.option("--listen/--no-listen", envvar="MOTIR_LISTEN", default=True, show_default=True,
               help="--no-listen polls only (for PgBouncer in transaction mode).")
+@click.option("--max-jobs-per-worker", envvar="MOTIR_MAX_JOBS_PER_WORKER", type=int, default=0,
+              help="Replace a worker by a fresh one after about this many jobs (each worker"
+                   " within a tenth of it, so they do not all restart at once); 0: never.")
+@click.option("--max-worker-memory", "max_worker_memory_mb", envvar="MOTIR_MAX_WORKER_MEMORY",
+              type=int, default=0, metavar="MB",
+              help="Replace a worker by a fresh one once its resident size passes this many"
+                   " MB; 0: never.")
 def run(database_url, workers, concurrency, apps, queues, lease_seconds, drain_seconds,
         poll_seconds, retry_base_seconds, batch_size, retention_hours, metrics_port,
-        listen) -> None:
+        listen, max_jobs_per_worker, max_worker_memory_mb) -> None:
     """Run the supervisor and its workers until SIGTERM or SIGINT."""
     try:
         config = Config(
@@ -122,7 +129,8 @@ def run(database_url, workers, concurrency, apps, queues, lease_seconds, drain_s
             queues=tuple(queues), lease_seconds=lease_seconds, drain_seconds=drain_seconds,
             poll_seconds=poll_seconds, retry_base_seconds=retry_base_seconds,
             batch_size=batch_size, retention_hours=retention_hours, metrics_port=metrics_port,
-            listen=listen)
+            listen=listen, max_jobs_per_worker=max_jobs_per_worker,
+            max_worker_memory_mb=max_worker_memory_mb)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     for module in config.apps:

@@ -77,6 +77,11 @@ class Config:
     metrics_port: int | None = None
     #: False: never LISTEN, only poll (for transaction-pooling PgBouncer).
     listen: bool = True
+    #: A worker is replaced by a fresh one after about this many jobs (each
+    #: draws its own limit within a tenth of it, see recycling.JITTER); 0: never.
+    max_jobs_per_worker: int = 0
+    #: ...or once its resident size passes this many MB (see recycling); 0: never.
+    max_worker_memory_mb: int = 0
 
     def __post_init__(self) -> None:
         if not self.database_url:
@@ -101,6 +106,10 @@ class Config:
             raise ConfigError(f"--batch-size must be between 1 and 1000, got {self.batch_size}")
         if self.retention_hours < 0:
             raise ConfigError(f"--retention-hours cannot be negative, got {self.retention_hours:g}")
+        for option, value in (("--max-jobs-per-worker", self.max_jobs_per_worker),
+                              ("--max-worker-memory", self.max_worker_memory_mb)):
+            if value < 0:
+                raise ConfigError(f"{option} cannot be negative, got {value} (0 turns it off)")
         if self.metrics_port is not None and not 0 < self.metrics_port < 65536:
             raise ConfigError(f"--metrics-port must be a TCP port, got {self.metrics_port}")
 

@@ -426,15 +426,19 @@ class Executor:
         self._finish(run, error, None)
 
 
-def title_setter(index: int) -> Callable[[str], None]:
-    """Sets worker ``index``'s process title, skipping a title already set."""
-    last = ""
-    lock = threading.Lock()
+class WorkerTitle:
+    """Sets worker ``index``'s process title, skipping a title already set;
+    ``prefix`` goes before whatever the worker is doing (``recycling ...``)."""
 
-    def title(doing: str) -> None:
-        nonlocal last
-        if doing != last:
-            with lock:  # handler threads set it too: the last one set wins
-                last = doing
-                setproctitle.setproctitle(f"motir-supervisor: worker {index} {doing}")
-    return title
+    def __init__(self, index: int):
+        self.index = index
+        self.prefix = ""
+        self._last = ""
+        self._lock = threading.Lock()
+
+    def __call__(self, doing: str) -> None:
+        doing = self.prefix + doing
+        if doing != self._last:
+            with self._lock:  # handler threads set it too: the last one set wins
+                self._last = doing
+                setproctitle.setproctitle(f"motir-supervisor: worker {self.index} {doing}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 import time
 from typing import Callable
 
@@ -90,6 +91,12 @@ class Holdings:
         self._alarm_at: float | None = None
         self._claim_in_doubt = False
         self.last_claim_was_short = False
+        #: Jobs still to claim before the worker recycles (see recycling): no
+        #: claim asks for more, so a worker runs its limit exactly, and a job
+        #: given back before it started gives its share back.
+        self.claims_left = sys.maxsize
+        #: Recycling: slow claims keep their jobs, which run here (see watch).
+        self.keep_unstarted = False
         self._has_timeouts: bool | None = None
         #: When the batch size last changed: a claim sent before that says
         #: nothing about the size now, so its close leaves the size alone.
@@ -112,7 +119,7 @@ class Holdings:
         go out small."""
         free = self.executor.free_slots()
         reserve = self._reserve()
-        room = min(free + reserve, self.ledger.free_entries())
+        room = min(free + reserve, self.ledger.free_entries(), self.claims_left)
         if free <= 0 and room < max(reserve // 2, 1):
             return 0
         return max(room, 0)
@@ -135,13 +142,14 @@ class Holdings:
         # Slots going empty take a whole batch; a reserve is only topped up.
         if self.executor.free_slots() > 0:
             room = max(room, self.batch_size)
-        return self._claim(min(room, self.ledger.free_entries()), limited=False)
+        return self._claim(min(room, self.ledger.free_entries(), self.claims_left),
+                           limited=False)
 
     def claim_limited(self) -> tuple[int, bool]:
         """Claim jobs of limited kinds for the free slots only: one waiting in
         the reserve would hold a slot of its kind, fleet-wide, while it does
         not run. (jobs claimed, more could run than were claimed)."""
-        limit = min(self.executor.free_slots(), self.ledger.free_entries())
+        limit = min(self.executor.free_slots(), self.ledger.free_entries(), self.claims_left)
         if limit <= 0:
             return 0, True
         return self._claim(limit, limited=True)
@@ -152,6 +160,7 @@ class Holdings:
         claim_jobs = self.store.claim_limited_jobs if limited else self.store.claim_due_jobs
         jobs, more_due = claim_jobs(self.claimant, limit, self.config.lease_seconds, self.queues)
         self._claim_in_doubt = False
+        self.claims_left -= len(jobs)
         if not jobs:
             if not limited:
                 # The queue is empty: whatever comes next is shared by every
@@ -223,6 +232,7 @@ class Holdings:
 
     def _withdrawn(self, runs: list[Run]) -> None:
         now = time.monotonic()
+        self.claims_left += len(runs)
         for run in runs:
             self._to_release.append(run)
             self._close(run, now)
@@ -420,7 +430,10 @@ class Holdings:
         """Slow claims, lapsing leases, timeouts; True when a sync run has just
         run past its timeout (the worker must then replace itself)."""
         for claim in list(self._open_claims):
-            if not claim.checked and now - claim.sent_at > SLOW_BATCH_SECONDS:
+            # A recycling worker gives nothing back: it claims no more, so
+            # what it holds waits no longer than its own runs take.
+            if (not claim.checked and now - claim.sent_at > SLOW_BATCH_SECONDS
+                    and not self.keep_unstarted):
                 claim.checked = True
                 unstarted = [run for run in claim.runs if run.started is None]
                 if unstarted:

@@ -54,6 +54,10 @@ _RETIRING = 0
 #: Header flag the supervisor sets the moment it is told to stop: the worker
 #: starts no handler from then on, even before the forwarded signal lands.
 _STOP = 1
+#: Why the worker is leaving, for the supervisor's log: its length in bytes
+#: at _WHY_SIZE, the text from _WHY up to the header's end.
+_WHY_SIZE = 2
+_WHY = 8
 
 
 class Entry(NamedTuple):
@@ -113,7 +117,11 @@ class Ledger:
         self.mark(entry, FREE)
         self._free.append(entry)
 
-    def set_retiring(self) -> None:
+    def set_retiring(self, why: str = "") -> None:
+        """Say the worker is leaving (the reason first, the flag last)."""
+        encoded = why.encode("utf-8", "replace")[:_HEADER_BYTES - _WHY]
+        self._memory[_WHY:_WHY + len(encoded)] = encoded
+        self._memory[_WHY_SIZE] = len(encoded)
         self._memory[_RETIRING] = 1
 
     @property
@@ -125,6 +133,10 @@ class Ledger:
     @property
     def retiring(self) -> bool:
         return self._memory[_RETIRING] == 1
+
+    @property
+    def retiring_why(self) -> str:
+        return self._memory[_WHY:_WHY + self._memory[_WHY_SIZE]].decode("utf-8", "replace")
 
     def ask_to_stop(self) -> None:
         self._memory[_STOP] = 1

@@ -35,8 +35,8 @@ class _Fleet:
                                   ["kind"], buckets=DURATION_BUCKETS)
         self.released = Counter("motir_claims_released", "Claims given back by the supervisor",
                                 ["reason"])
-        self.restarts = Counter("motir_worker_restarts", "Workers that died and were replaced",
-                                ["reason"])
+        self.restarts = Counter("motir_worker_restarts",
+                                "Workers replaced (died, timeout, recycled)", ["reason"])
         self.drains = Histogram("motir_drain_duration_seconds",
                                 "From the first stop signal to the supervisor's exit",
                                 buckets=(0.1, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300))

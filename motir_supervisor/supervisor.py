@@ -31,7 +31,7 @@ from .logs import flush_logs
 from .reaper import Reaper
 from .settling import Settler
 from .wakeups import Kicks, Token
-from .worker import (EXIT_BOOT_FAILURE, EXIT_TIMEOUT, HANDLED_SIGNALS, Worker,
+from .worker import (EXIT_BOOT_FAILURE, EXIT_RECYCLED, EXIT_TIMEOUT, HANDLED_SIGNALS, Worker,
                      set_parent_death_signal)
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class Child:
 
     @property
     def leaving(self) -> bool:
-        """Stopping, by our wish or its own (a timeout): it needs a successor."""
+        """Stopping, by our wish or its own (a timeout, a recycle): it needs a successor."""
         return self.retiring or self.ledger.retiring
 
 
@@ -384,6 +384,11 @@ class Supervisor:
         booted = _read_ready(child.ready_fd)
         entries = tuple(child.ledger.entries())
         timed_out = child.ledger.retiring and code == EXIT_TIMEOUT
+        # A handler can exit with any code: the ledger must say so too, and
+        # nothing may have been running (a recycle lets every run end).
+        recycled = (child.ledger.retiring and code == EXIT_RECYCLED
+                    and not any(entry.state == ledger.RUNNING for entry in entries))
+        why = child.ledger.retiring_why
         child.ledger.close()
         # A worker that dies wakes nobody: if it was the listener, another
         # worker must take over now, not at its next poll.
@@ -399,6 +404,12 @@ class Supervisor:
             log.warning("worker %d (pid %d) left a timed-out job behind; replaced it",
                         child.index, child.pid)
             metrics.record_restart("timeout")
+            return
+        if recycled:
+            # Not a crash: no backoff. Its replacement started when it stopped claiming.
+            log.info("worker %d (pid %d) recycled %s%s", child.index, child.pid, why,
+                     "" if self.stopping else "; a fresh worker runs in its place")
+            metrics.record_restart("recycled")
             return
         if not any(entry.state == ledger.RUNNING for entry in entries) and (
                 child.retiring and code == 0):

@@ -27,10 +27,11 @@ import psycopg2
 
 from . import db, metrics, registry
 from .config import Config
-from .executor import Executor, title_setter
+from .executor import Executor, WorkerTitle
 from .holdings import Holdings
 from .ledger import Ledger
 from .logs import flush_logs
+from .recycling import Recycling
 from .schedules import Schedule, Scheduler
 from .wakeups import Kicks, Token
 
@@ -44,6 +45,9 @@ EXIT_OK = 0
 EXIT_BOOT_FAILURE = 4
 #: A handler ran past its timeout; the worker left it behind and asks to be replaced.
 EXIT_TIMEOUT = 5
+#: The worker reached --max-jobs-per-worker or --max-worker-memory, ran all it
+#: held and asks to be replaced: no crash. Trusted only with the ledger's word.
+EXIT_RECYCLED = 6
 
 #: Reconnecting after an outage backs off from the first to the last of these.
 RECONNECT_BACKOFF = (0.1, 5.0)
@@ -95,7 +99,8 @@ class Worker:
         self.scheduler: Scheduler | None = None
         self._schedules: list[Schedule] = []
         self._next_token_try = 0.0
-        self.title = title_setter(index)
+        self.title = WorkerTitle(index)
+        self.recycling = Recycling(config.max_jobs_per_worker, config.max_worker_memory_mb)
         # --no-listen is for PgBouncer in transaction mode, where a prepared
         # statement may not be on the server connection the next one gets.
         self.store = db.JobStore(config.database_url,
@@ -115,6 +120,7 @@ class Worker:
             save_checkpoint=self.save_checkpoint, title=self.title)
         self.holdings = Holdings(config, claimant, index, self.store, self.executor,
                                  self.ledger, stop_check=self._stop_landed)
+        self.holdings.claims_left = self.recycling.claim_budget
         self.stop_requested = False
         self.drain_deadline = float("inf")
         self.exit_code = EXIT_OK
@@ -156,6 +162,8 @@ class Worker:
             log.error("worker %d: %s", self.index, exc)
             return EXIT_BOOT_FAILURE
         self._schedules = [r.schedule for r in registry.scheduled()]
+        if warning := self.recycling.warning_at_boot():
+            log.warning("worker %d %s", self.index, warning)
         self._report_ready()
         metrics.name_this_process(f"worker-{self.index}")
         log.debug("worker %d (pid %d) up as %s", self.index, os.getpid(), self.claimant)
@@ -197,9 +205,9 @@ class Worker:
                 self.begin_stop(self.config.drain_seconds, "stopping")
             else:
                 self.begin_stop(0.0, "giving back unfinished jobs now")
-        if not self.stop_requested and self.ledger.stop_asked:
+        if not self.draining and self.ledger.stop_asked:
             self.begin_stop(self.config.drain_seconds, "stopping")
-        if not self.stop_requested and os.getppid() != self.parent_pid:
+        if not self.draining and os.getppid() != self.parent_pid:
             log.warning("worker %d: supervisor is gone; draining", self.index)
             self.begin_stop(self.config.drain_seconds, "draining")
 
@@ -207,12 +215,18 @@ class Worker:
         self._absorb_signals()
         return self.stop_requested
 
+    @property
+    def draining(self) -> bool:
+        """Stopping with a deadline (a recycle alone has none)."""
+        return self.drain_deadline < float("inf")
+
     def begin_stop(self, drain_seconds: float, why: str) -> None:
-        """Start nothing more; running jobs get ``drain_seconds`` to finish."""
+        """Start nothing more; running jobs get ``drain_seconds`` to finish.
+        During a recycle too: what has not started then goes back after all."""
         deadline = time.monotonic() + drain_seconds
         if self.stop_requested and deadline >= self.drain_deadline:
             return
-        if not self.stop_requested:
+        if not self.draining:
             log.info("worker %d: %s, in-flight work may take %gs", self.index, why,
                      drain_seconds)
         self.stop_requested = True
@@ -220,6 +234,27 @@ class Worker:
         self.holdings.withdraw_unstarted()
         for run in self.executor.running():
             run.stopping.set()
+        self._hand_on_tokens()
+
+    def begin_recycling(self, reason: str) -> None:
+        """Claim nothing more, run all that is held, exit with EXIT_RECYCLED.
+        Unlike a stop, nothing goes back (claimed jobs not started yet run
+        here too) and no deadline cuts a run short. The ledger says so at
+        once, so that the replacement starts, and claims, meanwhile."""
+        held = self.holdings.held.values()
+        log.info("worker %d (pid %d) recycling %s; the %d jobs it holds end here, %d of them"
+                 " not started yet", self.index, os.getpid(), reason, len(held),
+                 sum(1 for run in held if run.started is None and not run.withdrawn))
+        self.exit_code = EXIT_RECYCLED
+        self.stop_requested = True
+        self.holdings.keep_unstarted = True
+        self._hand_on_tokens()
+        self.ledger.set_retiring(reason)
+        self.title.prefix = f"recycling {reason}, "
+        self.title(f"finishing {len(held)} jobs")
+
+    def _hand_on_tokens(self) -> None:
+        """Let another worker listen and schedule: this one claims nothing more."""
         if self.token is not None and self.token.held:
             # Another worker listens from now on, not a draining one.
             self.token.give_up()
@@ -270,6 +305,11 @@ class Worker:
                     # failover): either way it is the database's state, not ours.
                     self._database_failed(exc)
                     continue
+            # After the claims: one that spent the last of the budget recycles
+            # before this worker waits, still holding the listener's token.
+            if not self.stop_requested and (
+                    reason := self.recycling.reason(holdings.claims_left, now)):
+                self.begin_recycling(reason)
             holdings.update_lease_alarm()
             flush_logs()
             self._wait()

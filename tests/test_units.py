@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from motir_supervisor import cli, db, holdings, ledger, logs, outcomes, registry
+from motir_supervisor import cli, db, holdings, ledger, logs, outcomes, recycling, registry
 from motir_supervisor.config import Config, ConfigError
 from motir_supervisor.registry import job
 from motir_supervisor.schedules import Schedule, ScheduleError, instant_text
@@ -61,6 +61,8 @@ def test_failure_text_names_the_exception_and_is_bounded():
     ({"batch_size": 0}, "--batch-size"),
     ({"poll_seconds": 0}, "--poll-seconds"),
     ({"drain_seconds": -1}, "--drain-seconds"),
+    ({"max_jobs_per_worker": -1}, "--max-jobs-per-worker"),
+    ({"max_worker_memory_mb": -5}, "--max-worker-memory"),
 ])
 def test_config_rejects_what_cannot_work(kwargs, fragment):
     with pytest.raises(ConfigError, match=fragment):
@@ -115,6 +117,15 @@ def test_enqueue_rejects_a_payload_it_cannot_store_before_touching_the_database(
     assert len(result.output.strip().splitlines()) == 1
 
 
+def test_the_recycling_limits_come_from_the_environment_too():
+    for name, option in (("MOTIR_MAX_JOBS_PER_WORKER", "--max-jobs-per-worker"),
+                         ("MOTIR_MAX_WORKER_MEMORY", "--max-worker-memory")):
+        result = CliRunner().invoke(cli.main, ["run", "--database-url", "postgresql:///x"],
+                                    env={name: "-1"})
+        assert result.exit_code != 0
+        assert f"{option} cannot be negative" in result.output
+
+
 def test_run_is_the_default_command():
     """`motir-supervisor --workers 0` reaches run's validation."""
     result = CliRunner().invoke(cli.main, ["--workers", "0", "--database-url", "postgresql:///x"])
@@ -167,7 +178,7 @@ def test_the_ledger_hands_the_supervisor_every_field_a_forked_worker_wrote():
         book.decide(failed, ledger.FAILED, 1.5, "ValueError: boom \u00e9", 60.0, True)
         book.mark(running, ledger.RUNNING)
         book.release(book.claim(14))
-        book.set_retiring()
+        book.set_retiring("at 612 MB \u00e9" + "x" * 100)
         os._exit(0)
     assert os.waitpid(pid, 0)[1] == 0
     entries = {entry.job_id: entry for entry in book.entries()}
@@ -176,6 +187,8 @@ def test_the_ledger_hands_the_supervisor_every_field_a_forked_worker_wrote():
                                        1.5)
     assert entries[13].state == ledger.RUNNING and 14 not in entries
     assert book.retiring and not book.stop_asked
+    # The reason is cut to what the header holds, never into the entries.
+    assert book.retiring_why.startswith("at 612 MB \u00e9x") and len(book.retiring_why) < 64
     book.close()
 
 
@@ -252,3 +265,55 @@ def test_an_urgent_run_starts_before_the_ready_runs_of_a_batch_claimed_earlier()
     while len(order) < 5 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert order == ["first", "urgent", "batch-2", "batch-3", "later"]
+
+
+# -- recycling ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("jobs, low, high", [(10, 9, 11), (1000, 900, 1100), (5, 5, 5),
+                                             (1, 1, 1), (15, 14, 16)])
+def test_each_worker_draws_its_job_limit_within_a_tenth(jobs, low, high):
+    rng = random.Random(11)
+    drawn = {recycling.jittered_job_limit(jobs, rng) for _ in range(2000)}
+    assert min(drawn) == low and max(drawn) == high
+    if high - low <= 20:
+        assert drawn == set(range(low, high + 1))  # every value, not just the ends
+    assert recycling.Recycling(jobs, 0, rng).job_limit in range(low, high + 1)
+
+
+def test_the_resident_size_is_read_from_statm_and_follows_what_is_written():
+    before = recycling.resident_bytes()
+    status = Path("/proc/self/status").read_text()
+    vm_rss = int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) * 1024
+    assert abs(before - vm_rss) < 4 * recycling.MB  # the same counter, read a moment apart
+    kept = b"\x01" * (64 * recycling.MB)
+    assert recycling.resident_bytes() - before >= 60 * recycling.MB
+    del kept
+    assert recycling.resident_bytes("/nonexistent/statm") is None
+
+
+def test_memory_is_read_at_most_once_a_second_and_only_after_a_first_job():
+    sizes = [10 * recycling.MB]
+    reads = []
+
+    def read():
+        reads.append(sizes[0])
+        return sizes[0]
+    policy = recycling.Recycling(0, 50, read_memory=read)
+    budget = policy.claim_budget
+    sizes[0] = 80 * recycling.MB
+    assert policy.reason(budget, now=100.0) is None and reads == []  # no job taken yet
+    sizes[0] = 10 * recycling.MB
+    assert policy.reason(budget - 1, now=100.0) is None and len(reads) == 1
+    sizes[0] = 80 * recycling.MB
+    assert policy.reason(budget - 1, now=100.9) is None and len(reads) == 1
+    assert policy.reason(budget - 1, now=101.0) == "at 80 MB" and len(reads) == 2
+
+
+def test_the_job_limit_is_reached_when_the_claim_budget_is_spent():
+    policy = recycling.Recycling(10, 0, random.Random(3))
+    limit = policy.job_limit
+    assert policy.claim_budget == limit
+    assert policy.reason(1) is None
+    assert policy.reason(0) == f"after {limit} jobs"
+    assert recycling.Recycling(1, 0).reason(0) == "after 1 job"
+    assert recycling.Recycling(0, 0).reason(-5) is None  # off: never
