@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 
 #: The channel the job_queue triggers notify (see migrations/0001).
 WAKEUP_CHANNEL = "motir_job_queue"
+#: The payload of a wake-up for every worker, whatever queues it serves: a
+#: limited kind's slot freed, or the limits changed (migrations/0004).
+ANY_QUEUE = "*"
 
 #: Errors after which the connection is unusable and must be opened again.
 CONNECTION_ERRORS = (psycopg2.OperationalError, psycopg2.InterfaceError)
@@ -507,10 +510,12 @@ class JobStore:
         """{kind: max_running} of every limited kind."""
         return dict(self._run("limits"))
 
-    def sync_limits(self, wanted: dict[str, int | None]) -> list[str]:
+    def sync_limits(self, wanted: dict[str, int | None]) -> list[str] | None:
         """Make job_queue_limits say what ``wanted`` says of its kinds (None:
         no limit); kinds not in it are left alone. Returns what changed, as
-        lines for the log; nothing is written when nothing differs."""
+        lines for the log; nothing is written when nothing differs. None
+        when another session is at it: look again later. LockNotAvailable
+        when job_queue stayed locked (see lock_job_queue_for_routing)."""
         def changes(current: dict[str, int]) -> dict[str, int | None]:
             return {kind: n for kind, n in wanted.items() if current.get(kind) != n}
         if not changes(self.limits()):
@@ -520,6 +525,8 @@ class JobStore:
         try:
             with conn, conn.cursor() as cur:
                 cur.execute(QUERIES["lock_limits_sync"])
+                if not cur.fetchone()[0]:
+                    return None
                 cur.execute(QUERIES["limits"])
                 current = dict(cur.fetchall())
                 todo = changes(current)

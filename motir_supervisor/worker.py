@@ -51,6 +51,9 @@ EXIT_RECYCLED = 6
 
 #: Reconnecting after an outage backs off from the first to the last of these.
 RECONNECT_BACKOFF = (0.1, 5.0)
+#: While any kind is limited, a worker with room tries the limited claim at
+#: least this often, whatever it heard.
+LIMITED_CLAIM_BACKSTOP_SECONDS = 1.0
 #: Without LISTEN (--no-listen), empty polls back off from this to --poll-seconds.
 FIRST_POLL_SECONDS = 0.05
 
@@ -137,6 +140,8 @@ class Worker:
         #: and when to try again after a failure.
         self._limits_synced = False
         self._next_limits_sync = 0.0
+        self._limits_backoff = 0.0
+        self._next_limited_claim = 0.0
         #: When an idle worker looks again without being woken.
         self._idle_until = 0.0
         self._poll_backoff = 0.0
@@ -335,7 +340,12 @@ class Worker:
 
     def _claim_while_room(self) -> None:
         while (room := self._room_to_claim()) > 0:
-            if self.limits_exist and self.limited_may_have_work:
+            now = time.monotonic()
+            if self.limits_exist and (self.limited_may_have_work
+                                      or now >= self._next_limited_claim):
+                # The backstop: a wake-up lost (or never sent: --no-listen)
+                # delays a limited job by a second at most.
+                self._next_limited_claim = now + LIMITED_CLAIM_BACKSTOP_SECONDS
                 claimed, more_due = self.holdings.claim_limited()
                 self.limited_may_have_work = more_due
                 if more_due and claimed and self.kicks is not None:
@@ -394,14 +404,23 @@ class Worker:
         if self._limits_synced or time.monotonic() < self._next_limits_sync:
             return
         try:
-            for change in self.store.sync_limits(registry.limits()):
-                log.info("worker %d: limit of %s", self.index, change)
-            self._limits_synced = True
+            changes = self.store.sync_limits(registry.limits())
         except psycopg2.errors.LockNotAvailable:
-            # A long transaction keeps job_queue locked; claims go on meanwhile.
-            self._next_limits_sync = time.monotonic() + 5.0
-            log.warning("worker %d: could not apply the registry's limits yet (job_queue is"
-                        " locked by a long transaction); trying again in 5s", self.index)
+            # A transaction keeps job_queue locked; claims go on meanwhile,
+            # and the tries back off so as not to hold them up again and again.
+            self._limits_backoff = min(max(self._limits_backoff * 2, 5.0), 60.0)
+            wait = self._limits_backoff * random.uniform(0.5, 1.0)
+            self._next_limits_sync = time.monotonic() + wait
+            log.warning("worker %d: could not apply the registry's limits yet (a transaction"
+                        " keeps job_queue locked); trying again in %.0fs", self.index, wait)
+            changes = None
+        else:
+            if changes is None:  # another worker is at it
+                self._next_limits_sync = time.monotonic() + random.uniform(0.5, 1.5)
+            else:
+                for change in changes:
+                    log.info("worker %d: limit of %s", self.index, change)
+                self._limits_synced = True
         self.limits_exist = bool(self.store.limits())
 
     def _database_failed(self, exc: BaseException) -> None:
@@ -510,9 +529,12 @@ class Worker:
         except psycopg2.Error:
             self.store.close()
             return False
-        if not queues or (self.holdings.queues is not None
+        if not queues or (self.holdings.queues is not None and db.ANY_QUEUE not in queues
                           and not any(q in self.holdings.queues for q in queues)):
             return False
+        # Even when busy: the next free slot here tries the limited claim,
+        # since kicks reach only idle workers and a busy fleet has none.
+        self.limited_may_have_work = True
         if self.stop_requested or self.executor.free_slots() <= 0:
             if self.kicks is not None:
                 self.kicks.kick()  # busy here: somebody else should look

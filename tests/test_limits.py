@@ -58,6 +58,15 @@ def test_a_reroute_waits_for_no_open_transaction_longer_than_its_timeout(databas
     assert store.conn.autocommit
 
 
+def test_a_sync_finding_another_at_it_does_not_wait(database_url, store):
+    other = psycopg2.connect(database_url)
+    other.cursor().execute("SELECT pg_advisory_xact_lock(hashtext('motir_supervisor.limits_sync'))")
+    assert store.sync_limits({"a": 1}) is None
+    other.rollback()
+    other.close()
+    assert store.sync_limits({"a": 1}) == ["a: at most 1 running"]
+
+
 def test_a_row_takes_its_kinds_lane_however_it_arrives(sql, store):
     store.sync_limits({"a": 1})
     # The client's own value does not count.
@@ -104,8 +113,38 @@ def test_a_freed_slot_wakes_the_workers(sql, store, database_url):
     listener.cursor().execute(f"LISTEN {db.WAKEUP_CHANNEL}")
     store.record_outcomes("c", [db.Outcome(job.id)])
     wait_until(lambda: listener.poll() or listener.notifies, 5, message="a notification")
-    assert [n.payload for n in listener.notifies] == ["default"]
+    # For every worker, whatever queues it serves: the kind's next job may
+    # be in any of them.
+    assert [n.payload for n in listener.notifies] == [db.ANY_QUEUE]
+    listener.notifies.clear()
+    store.sync_limits({"a": 2})  # a raised limit frees a slot too
+    wait_until(lambda: listener.poll() or listener.notifies, 5, message="a notification")
+    assert [n.payload for n in listener.notifies] == [db.ANY_QUEUE]
     listener.close()
+
+
+def test_a_worker_of_another_queue_takes_the_slot_a_run_freed(
+        database_url, executions, start_supervisor):
+    # The kind's every slot is taken by runs in queue "b"; the next job
+    # waits in "a", served by another fleet with a long poll.
+    a = start_supervisor("--workers", "1", "--queue", "a", "--poll-seconds", "30",
+                         "--app", "tests.apps.limited")
+    b = start_supervisor("--workers", "1", "--concurrency", str(THROTTLED_MAX_RUNNING),
+                         "--queue", "b", "--app", "tests.apps.limited")
+    a.wait_for_workers(1)
+    b.wait_for_workers(1)
+    executions.rows("INSERT INTO job_queue (kind, queue, payload)"
+                    " SELECT 'throttled', 'b', '{\"sleep\": 1.0}' FROM generate_series(1, %s)",
+                    (THROTTLED_MAX_RUNNING,))
+    wait_until(lambda: executions.value("SELECT count(*) FROM test_executions")
+               == THROTTLED_MAX_RUNNING, 10, message="the runs in b")
+    executions.rows("INSERT INTO job_queue (kind, queue) VALUES ('throttled', 'a')")
+    wait_until(lambda: executions.value("SELECT count(*) FROM test_executions")
+               == THROTTLED_MAX_RUNNING + 1, 10, message="the run in a")
+    first_end, last_start = executions.rows(
+        "SELECT min(finished_at), max(started_at) FROM test_executions")[0]
+    assert first_end is not None and first_end <= last_start
+    assert (last_start - first_end).total_seconds() < 2  # not the 30 s poll
 
 
 def test_the_limited_claim_walks_its_own_index(sql, store):

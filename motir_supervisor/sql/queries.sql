@@ -166,8 +166,14 @@ SELECT extract(epoch FROM least(
 
 -- lock_limited_claims --
 -- Sent with claim_limited_jobs, before it, in one query string: PostgreSQL
--- runs the two statements as one transaction, and the claim's snapshot is
--- taken after this lock is held (see there).
+-- runs the statements as one transaction, and the claim's snapshot is taken
+-- after this lock is held (see there). Under READ COMMITTED whatever the
+-- role's or database's default: under REPEATABLE READ the transaction's one
+-- snapshot would be taken by the first statement, before the lock, and two
+-- claims waiting on it would both count the same free slot. No JIT, as for
+-- every worker session (db.JobStore.open), also on a --no-listen one.
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+SET LOCAL jit = off;
 SELECT pg_advisory_xact_lock(hashtext('motir_supervisor.limited_claims'));
 
 -- claim_limited_jobs --
@@ -239,7 +245,8 @@ WITH RECURSIVE free AS (
           AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
                OR queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
         ORDER BY run_at, id
-        LIMIT lanes.slots
+        -- No lane locks more rows than the claim could take.
+        LIMIT least(lanes.slots, %(limit)s)
         FOR UPDATE SKIP LOCKED
     ) AS due
     WHERE lanes.priority IS NOT NULL
@@ -493,8 +500,11 @@ SELECT kind, max_running FROM job_queue_limits ORDER BY kind;
 
 -- lock_limits_sync --
 -- Workers of every supervisor write the limits of their registry when they
--- start (db.JobStore.sync_limits); one at a time.
-SELECT pg_advisory_xact_lock(hashtext('motir_supervisor.limits_sync'));
+-- start (db.JobStore.sync_limits); one at a time, and one that finds
+-- another at it does not wait (it looks again later). READ COMMITTED, so
+-- that the reroute's statements see what committed while they waited.
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+SELECT pg_try_advisory_xact_lock(hashtext('motir_supervisor.limits_sync'));
 
 -- lock_job_queue_for_routing --
 -- Before a kind changes lanes (its limit appears or goes): SHARE ROW
@@ -504,9 +514,12 @@ SELECT pg_advisory_xact_lock(hashtext('motir_supervisor.limits_sync'));
 -- that committed before is rerouted, one after reads the new limits. It
 -- holds the fleet's claims for as long as the reroute takes (one UPDATE of
 -- that kind's pending and running rows), which happens once per change of
--- a limit's existence, not per start; a transaction that keeps job_queue
--- locked longer than the timeout makes the worker try again later.
-SET LOCAL lock_timeout = '2s';
+-- a limit's existence, not per start. While the lock request waits, every
+-- write to job_queue queues behind it, claims and outcomes included; so it
+-- waits at most 100 ms for a transaction that keeps job_queue locked (one
+-- left idle in a transaction after an insert), and the worker tries again
+-- later, backing off.
+SET LOCAL lock_timeout = '100ms';
 LOCK TABLE job_queue IN SHARE ROW EXCLUSIVE MODE;
 
 -- set_limit --

@@ -64,13 +64,27 @@ CREATE INDEX job_queue_limited_running ON job_queue (kind)
 
 -- A slot of a limited kind that frees wakes the workers, as a new job
 -- would: its next job may be waiting for it, however the run ended (an
--- outcome, a dead worker settled, an expired lease, a drain). A run that
--- goes back to pending is announced by job_queue_notify_requeued already.
+-- outcome, a dead worker settled, an expired lease, a drain). The next job
+-- of the kind may be in any queue, so the payload is '*', which every
+-- worker heeds whatever --queue it serves. So does a change of the limits
+-- (a limit raised or gone may free slots).
+CREATE FUNCTION job_queue_notify_limits() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('motir_job_queue', '*');
+    RETURN NULL;
+END;
+$$;
+
 CREATE TRIGGER job_queue_notify_slot_freed
     AFTER UPDATE OF state ON job_queue
     FOR EACH ROW
-    WHEN (OLD.limited AND OLD.state = 'running' AND NEW.state NOT IN ('running', 'pending'))
-    EXECUTE FUNCTION job_queue_notify_requeued();
+    WHEN (OLD.limited AND OLD.state = 'running' AND NEW.state <> 'running')
+    EXECUTE FUNCTION job_queue_notify_limits();
+
+CREATE TRIGGER job_queue_notify_limits_changed
+    AFTER INSERT OR UPDATE OR DELETE ON job_queue_limits
+    FOR EACH STATEMENT EXECUTE FUNCTION job_queue_notify_limits();
 
 -- Statistics for the two small tables the claims read (see analyze_limits
 -- in queries.sql): empty, as they start.
