@@ -1,25 +1,31 @@
-"""The one module that talks to PostgreSQL.
+"""The module that talks to PostgreSQL for the supervisor and its workers.
 
-It owns connections and runs the named statements of ``sql/queries.sql`` and
-the migrations beside it. Everything else calls the verbs of :class:`JobStore`
-(or :func:`enqueue_jobs`, on a connection of the caller's) and never holds SQL
-text. It does no forking, no signal handling and runs no handler code.
+It owns their connections and runs the named statements of
+``sql/queries.sql`` (see :mod:`statements`) and the migrations beside it.
+Everything else calls the verbs of :class:`JobStore` (or
+:func:`enqueueing.enqueue_jobs`, on a connection of the caller's) and never
+holds SQL text. It does no forking, no signal handling and runs no handler
+code.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
-import importlib.resources
-import json
 import logging
-import re
 from typing import Any, Iterable, NamedTuple, Sequence
 
 import psycopg2
 import psycopg2.errors
 import psycopg2.extensions
 import psycopg2.extras
+
+# The SQL text, and the insert every producer shares, have modules of their
+# own; their names are this module's too, as the rest of the package and the
+# tests know them.
+from .connections import connect, describe_dsn, one_line, scrub  # noqa: F401
+from .enqueueing import (NewJob, UNIQUE_KEY_TRIES, encode_payload,  # noqa: F401
+                         enqueue_jobs)
+from .statements import (PREPARED, QUERIES, Migration, load_migrations,  # noqa: F401
+                         prepared_form)
 
 log = logging.getLogger(__name__)
 
@@ -32,61 +38,9 @@ ANY_QUEUE = "*"
 #: Errors after which the connection is unusable and must be opened again.
 CONNECTION_ERRORS = (psycopg2.OperationalError, psycopg2.InterfaceError)
 
-_BLOCK_HEADER = re.compile(r"^-- ([a-z_]+) --$", re.MULTILINE)
-
-
-def _load_queries() -> dict[str, str]:
-    text = importlib.resources.files(__package__).joinpath("sql/queries.sql").read_text()
-    parts = _BLOCK_HEADER.split(text)
-    # parts = [preamble, name1, body1, name2, body2, ...]
-    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2])}
-
-
-QUERIES: dict[str, str] = _load_queries()
-
-#: The statements a worker runs for every claim and every write of outcomes.
-#: Each connection prepares them on first use: planning the claim takes
-#: longer than running it (0.18 ms against 0.05 ms), and a job waits for it.
-PREPARED = frozenset({"claim_due_jobs", "claim_limited_jobs", "record_successes",
-                      "record_outcomes", "renew_leases", "seconds_until_next_due"})
-_PARAMETER = re.compile(r"%\((\w+)\)s")
-
-
-def prepared_form(name: str) -> tuple[str, str]:
-    """The PREPARE of a named statement, and the EXECUTE that passes its
-    named parameters as $1, $2, ... in order of first use."""
-    names: list[str] = []
-
-    def number(match: re.Match) -> str:
-        if match[1] not in names:
-            names.append(match[1])
-        return f"${names.index(match[1]) + 1}"
-    body = _PARAMETER.sub(number, QUERIES[name]).rstrip().rstrip(";").replace("%%", "%")
-    arguments = ", ".join(f"%({n})s" for n in names)
-    return (f"PREPARE motir_{name} AS {body}",
-            f"EXECUTE motir_{name}" + (f" ({arguments})" if names else ""))
-
-
 #: Filled on first use, so that a statement replaced at start-up (as the
 #: tests' negative control replaces the claim) is the one prepared.
 _PREPARED_FORMS: dict[str, tuple[str, str]] = {}
-
-
-@dataclasses.dataclass(frozen=True)
-class Migration:
-    version: int
-    name: str
-    sql: str
-
-
-def load_migrations() -> list[Migration]:
-    folder = importlib.resources.files(__package__).joinpath("sql/migrations")
-    migrations = []
-    for entry in folder.iterdir():
-        match = re.fullmatch(r"(\d{4})_([a-z0-9_]+)\.sql", entry.name)
-        if match:
-            migrations.append(Migration(int(match[1]), match[2], entry.read_text()))
-    return sorted(migrations, key=lambda m: m.version)
 
 
 # Tuples, not frozen dataclasses: a worker makes two of these per job, and a
@@ -116,190 +70,6 @@ class Outcome(NamedTuple):
     #: The handler raised Snooze: pending again after retry_in_seconds, the
     #: attempt handed back.
     snoozed: bool = False
-
-
-class NewJob(NamedTuple):
-    """A job to insert, as :func:`enqueue_jobs` takes it."""
-
-    kind: str
-    #: JSON text, from :func:`encode_payload`.
-    payload: str
-    queue: str = "default"
-    #: When it falls due; None for ``delay_seconds`` after the enqueue.
-    run_at: datetime.datetime | None = None
-    delay_seconds: float = 0.0
-    priority: int = 0
-    unique_key: str | None = None
-    #: None for the column's default.
-    max_attempts: int | None = None
-
-
-#: How often enqueue tries again when a unique key's holder finished between
-#: the insert that found it and the look-up of its id.
-UNIQUE_KEY_TRIES = 5
-
-#: jsonb cannot hold U+0000 (text has no form for it) and refuses its escape.
-#: In JSON text, \u0000 is that escape only after an even number of
-#: backslashes; after an odd number its own backslash is escaped, and it is
-#: plain text.
-_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
-
-
-def encode_payload(payload: Any) -> str:
-    """The JSON text of a job's payload ({} for None).
-
-    Anything jsonb would refuse is refused here, before a statement is sent,
-    so that a bad payload leaves the caller's transaction usable: a type JSON
-    has no form for (TypeError), NaN, infinities, a cycle or U+0000
-    (ValueError).
-    """
-    try:
-        text = json.dumps({} if payload is None else payload, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(f"payload cannot be stored as JSON: {exc}") from exc
-    if _NUL_ESCAPE.search(text):
-        raise ValueError("payload cannot be stored as JSON: PostgreSQL's jsonb cannot hold"
-                         " the character U+0000")
-    return text
-
-
-def enqueue_jobs(conn: psycopg2.extensions.connection,
-                 jobs: Sequence[NewJob]) -> list[tuple[int, bool]]:
-    """(job id, inserted) of each job, in order, inserted over ``conn`` in
-    whatever transaction it is in: nothing here commits, rolls back or
-    changes autocommit.
-
-    A job whose unique key another pending or running job of its queue holds
-    inserts nothing and gets that job's id; so does a job whose key an
-    earlier one of ``jobs`` has (the first one's id). The jobs go in one
-    statement; the holders of the keys it skipped are looked up after it, and
-    a key whose holder finished in between is inserted again (at most
-    UNIQUE_KEY_TRIES times in all).
-
-    No savepoint: a skipped insert and a look-up change nothing, so a try
-    needs nothing undone. An error leaves whatever this call inserted in the
-    transaction, and a failed statement aborts it, as any statement's error
-    does: the caller rolls back.
-    """
-    if not jobs:
-        return []
-    first_of_key: dict[tuple[str, str], int] = {}
-    sent: list[NewJob] = []
-    #: For each job, its place in ``sent`` and whether it is the one sent.
-    places: list[tuple[int, bool]] = []
-    for job in jobs:
-        key = (job.queue, job.unique_key)
-        if job.unique_key is not None and key in first_of_key:
-            places.append((first_of_key[key], False))
-            continue
-        if job.unique_key is not None:
-            first_of_key[key] = len(sent)
-        places.append((len(sent), True))
-        sent.append(job)
-    found: dict[int, tuple[int, bool]] = {}
-    waiting = list(range(len(sent)))
-    # The caller's connection may make dicts or named tuples of rows.
-    with conn.cursor(cursor_factory=psycopg2.extensions.cursor) as cur:
-        for _ in range(UNIQUE_KEY_TRIES):
-            skipped = []
-            for place, job_id in zip(waiting, _insert_jobs(cur, [sent[p] for p in waiting])):
-                if job_id is None:
-                    skipped.append(place)
-                else:
-                    found[place] = (job_id, True)
-            holders = _holders_of_keys(cur, [sent[p] for p in skipped]) if skipped else {}
-            waiting = []
-            for place in skipped:
-                holder = holders.get((sent[place].queue, sent[place].unique_key))
-                if holder is None:
-                    waiting.append(place)  # it finished in between and freed the key
-                else:
-                    found[place] = (holder, False)
-            if not waiting:
-                break
-        else:
-            job = sent[waiting[0]]
-            raise RuntimeError(f"unique key {job.unique_key!r} of queue {job.queue!r} kept"
-                               f" changing hands; try again")
-    return [(found[place][0], found[place][1] and first) for place, first in places]
-
-
-def _insert_jobs(cur: psycopg2.extensions.cursor, jobs: Sequence[NewJob]) -> list[int | None]:
-    """The new id of each job, None for one whose unique key is held."""
-    cur.execute(QUERIES["enqueue_jobs"], {
-        field: list(values) for field, values in zip(NewJob._fields, zip(*jobs))})
-    rows = cur.fetchall()
-    # Sorted by id, so in the order the jobs were given (see enqueue_jobs in
-    # queries.sql); a keyed row is found by its key, being the only one.
-    keyed = {(queue, key): job_id for job_id, queue, key in rows if key is not None}
-    unkeyed = iter([job_id for job_id, _, key in rows if key is None])
-    return [next(unkeyed) if job.unique_key is None else keyed.get((job.queue, job.unique_key))
-            for job in jobs]
-
-
-def _holders_of_keys(cur: psycopg2.extensions.cursor,
-                     jobs: Sequence[NewJob]) -> dict[tuple[str, str], int]:
-    cur.execute(QUERIES["jobs_holding_unique_keys"], {
-        "queue": [job.queue for job in jobs], "unique_key": [job.unique_key for job in jobs]})
-    return {(queue, key): job_id for queue, key, job_id in cur.fetchall()}
-
-
-def describe_dsn(dsn: str) -> str:
-    """``user@host:port/dbname`` for logs and titles: never the password."""
-    try:
-        params = psycopg2.extensions.parse_dsn(dsn)
-    except psycopg2.ProgrammingError:
-        return "<unparsable database URL>"
-    host = params.get("host", "local socket")
-    port = params.get("port", "5432")
-    user = params.get("user", "")
-    where = f"{host}:{port}/{params.get('dbname', '')}"
-    return f"{user}@{where}" if user else where
-
-
-def scrub(message: str, dsn: str) -> str:
-    """Remove the password of ``dsn`` from an error message, whatever its form."""
-    try:
-        password = psycopg2.extensions.parse_dsn(dsn).get("password")
-    except psycopg2.ProgrammingError:
-        password = None
-    if not password:
-        # An unparsable URL may still carry one: hide whatever stands
-        # between "user:" and "@".
-        return re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", message)
-    return message.replace(password, "***")
-
-
-def one_line(error: BaseException, dsn: str) -> str:
-    text = " ".join(str(error).split()) or type(error).__name__
-    return scrub(text, dsn)
-
-
-def connect(dsn: str, application_name: str,
-            timeout_seconds: float = 20.0) -> psycopg2.extensions.connection:
-    """Open an autocommit connection that notices a dead peer.
-
-    Each statement of ours is its own transaction (the claim is a single
-    statement), so autocommit costs nothing and leaves no transaction open
-    while a handler runs. ``timeout_seconds`` bounds how long connecting, or
-    waiting on a half-open connection (a failed-over or unplugged server),
-    can hang the caller, instead of the kernel's two hours: the TCP user
-    timeout covers unacknowledged writes, keepalives an idle socket. A worker
-    passes a third of its lease, so that it notices in time to stop.
-    """
-    probe = max(1, int(timeout_seconds / 3))
-    conn = psycopg2.connect(
-        dsn,
-        application_name=application_name[:63],
-        connect_timeout=max(2, int(timeout_seconds)),
-        keepalives=1,
-        keepalives_idle=probe,
-        keepalives_interval=probe,
-        keepalives_count=2,
-        tcp_user_timeout=int(timeout_seconds * 1000),
-    )
-    conn.autocommit = True
-    return conn
 
 
 class JobStore:

@@ -13,7 +13,7 @@ import psycopg2.extensions
 import psycopg2.extras
 import pytest
 
-from motir_supervisor import db, enqueue, enqueue_many
+from motir_supervisor import db, enqueue, enqueue_many, enqueueing
 from tests.helpers import wait_until
 from tests.test_schema import _listener, _notifications
 
@@ -237,7 +237,7 @@ def _finish_holders(sql):
 
 def test_a_holder_that_finishes_before_its_look_up_makes_the_job_go_in(conn, sql, monkeypatch):
     holder = sql.value("INSERT INTO job_queue (kind, unique_key) VALUES ('x', 'k') RETURNING id")
-    look_up = db._holders_of_keys
+    look_up = enqueueing._holders_of_keys
 
     def finish_then_look_up(cur, jobs):
         # Another connection, between the insert that found the holder and
@@ -245,7 +245,7 @@ def test_a_holder_that_finishes_before_its_look_up_makes_the_job_go_in(conn, sql
         _finish_holders(sql)
         return look_up(cur, jobs)
 
-    monkeypatch.setattr(db, "_holders_of_keys", finish_then_look_up)
+    monkeypatch.setattr(enqueueing, "_holders_of_keys", finish_then_look_up)
     [job_id] = enqueue_many(conn, [{"kind": "x", "unique_key": "k"}])
     conn.commit()
     assert job_id != holder
@@ -256,7 +256,7 @@ def test_a_holder_that_finishes_before_its_look_up_makes_the_job_go_in(conn, sql
 def test_a_key_that_keeps_changing_hands_is_given_up_on_and_the_transaction_stays_usable(
         conn, sql, monkeypatch):
     sql.rows("INSERT INTO job_queue (kind, unique_key) VALUES ('x', 'k')")
-    look_up = db._holders_of_keys
+    look_up = enqueueing._holders_of_keys
     looks = []
 
     def finish_look_up_then_take_the_key(cur, jobs):
@@ -266,7 +266,7 @@ def test_a_key_that_keeps_changing_hands_is_given_up_on_and_the_transaction_stay
         looks.append(found)
         return found
 
-    monkeypatch.setattr(db, "_holders_of_keys", finish_look_up_then_take_the_key)
+    monkeypatch.setattr(enqueueing, "_holders_of_keys", finish_look_up_then_take_the_key)
     plain = enqueue(conn, "plain")
     with pytest.raises(RuntimeError, match="'k' of queue 'default' kept changing hands"):
         enqueue(conn, "x", unique_key="k")

@@ -1,0 +1,143 @@
+"""Inserting jobs on a connection of the caller's, in whatever transaction
+it is in: the Python API (:mod:`api`) and ``JobStore.enqueue`` both come
+here, so one statement (``enqueue_jobs`` in sql/queries.sql) and one
+handling of unique keys serve every producer of this package.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+from typing import Any, NamedTuple, Sequence
+
+import psycopg2
+import psycopg2.extensions
+
+from .statements import QUERIES
+
+
+class NewJob(NamedTuple):
+    """A job to insert, as :func:`enqueue_jobs` takes it."""
+
+    kind: str
+    #: JSON text, from :func:`encode_payload`.
+    payload: str
+    queue: str = "default"
+    #: When it falls due; None for ``delay_seconds`` after the enqueue.
+    run_at: datetime.datetime | None = None
+    delay_seconds: float = 0.0
+    priority: int = 0
+    unique_key: str | None = None
+    #: None for the column's default.
+    max_attempts: int | None = None
+
+
+#: How often enqueue tries again when a unique key's holder finished between
+#: the insert that found it and the look-up of its id.
+UNIQUE_KEY_TRIES = 5
+
+#: jsonb cannot hold U+0000 (text has no form for it) and refuses its escape.
+#: In JSON text, \u0000 is that escape only after an even number of
+#: backslashes; after an odd number its own backslash is escaped, and it is
+#: plain text.
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def encode_payload(payload: Any) -> str:
+    """The JSON text of a job's payload ({} for None).
+
+    Anything jsonb would refuse is refused here, before a statement is sent,
+    so that a bad payload leaves the caller's transaction usable: a type JSON
+    has no form for (TypeError), NaN, infinities, a cycle or U+0000
+    (ValueError).
+    """
+    try:
+        text = json.dumps({} if payload is None else payload, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"payload cannot be stored as JSON: {exc}") from exc
+    if _NUL_ESCAPE.search(text):
+        raise ValueError("payload cannot be stored as JSON: PostgreSQL's jsonb cannot hold"
+                         " the character U+0000")
+    return text
+
+
+def enqueue_jobs(conn: psycopg2.extensions.connection,
+                 jobs: Sequence[NewJob]) -> list[tuple[int, bool]]:
+    """(job id, inserted) of each job, in order, inserted over ``conn`` in
+    whatever transaction it is in: nothing here commits, rolls back or
+    changes autocommit.
+
+    A job whose unique key another pending or running job of its queue holds
+    inserts nothing and gets that job's id; so does a job whose key an
+    earlier one of ``jobs`` has (the first one's id). The jobs go in one
+    statement; the holders of the keys it skipped are looked up after it, and
+    a key whose holder finished in between is inserted again (at most
+    UNIQUE_KEY_TRIES times in all).
+
+    No savepoint: a skipped insert and a look-up change nothing, so a try
+    needs nothing undone. An error leaves whatever this call inserted in the
+    transaction, and a failed statement aborts it, as any statement's error
+    does: the caller rolls back.
+    """
+    if not jobs:
+        return []
+    first_of_key: dict[tuple[str, str], int] = {}
+    sent: list[NewJob] = []
+    #: For each job, its place in ``sent`` and whether it is the one sent.
+    places: list[tuple[int, bool]] = []
+    for job in jobs:
+        key = (job.queue, job.unique_key)
+        if job.unique_key is not None and key in first_of_key:
+            places.append((first_of_key[key], False))
+            continue
+        if job.unique_key is not None:
+            first_of_key[key] = len(sent)
+        places.append((len(sent), True))
+        sent.append(job)
+    found: dict[int, tuple[int, bool]] = {}
+    waiting = list(range(len(sent)))
+    # The caller's connection may make dicts or named tuples of rows.
+    with conn.cursor(cursor_factory=psycopg2.extensions.cursor) as cur:
+        for _ in range(UNIQUE_KEY_TRIES):
+            skipped = []
+            for place, job_id in zip(waiting, _insert_jobs(cur, [sent[p] for p in waiting])):
+                if job_id is None:
+                    skipped.append(place)
+                else:
+                    found[place] = (job_id, True)
+            holders = _holders_of_keys(cur, [sent[p] for p in skipped]) if skipped else {}
+            waiting = []
+            for place in skipped:
+                holder = holders.get((sent[place].queue, sent[place].unique_key))
+                if holder is None:
+                    waiting.append(place)  # it finished in between and freed the key
+                else:
+                    found[place] = (holder, False)
+            if not waiting:
+                break
+        else:
+            job = sent[waiting[0]]
+            raise RuntimeError(f"unique key {job.unique_key!r} of queue {job.queue!r} kept"
+                               f" changing hands; try again")
+    return [(found[place][0], found[place][1] and first) for place, first in places]
+
+
+def _insert_jobs(cur: psycopg2.extensions.cursor, jobs: Sequence[NewJob]) -> list[int | None]:
+    """The new id of each job, None for one whose unique key is held."""
+    cur.execute(QUERIES["enqueue_jobs"], {
+        field: list(values) for field, values in zip(NewJob._fields, zip(*jobs))})
+    rows = cur.fetchall()
+    # Sorted by id, so in the order the jobs were given (see enqueue_jobs in
+    # queries.sql); a keyed row is found by its key, being the only one.
+    keyed = {(queue, key): job_id for job_id, queue, key in rows if key is not None}
+    unkeyed = iter([job_id for job_id, _, key in rows if key is None])
+    return [next(unkeyed) if job.unique_key is None else keyed.get((job.queue, job.unique_key))
+            for job in jobs]
+
+
+def _holders_of_keys(cur: psycopg2.extensions.cursor,
+                     jobs: Sequence[NewJob]) -> dict[tuple[str, str], int]:
+    cur.execute(QUERIES["jobs_holding_unique_keys"], {
+        "queue": [job.queue for job in jobs], "unique_key": [job.unique_key for job in jobs]})
+    return {(queue, key): job_id for queue, key, job_id in cur.fetchall()}

@@ -1,0 +1,62 @@
+"""The SQL text the package runs: the named statements of
+``sql/queries.sql``, the prepared form of the hot ones, and the migrations.
+
+Nothing here connects; :mod:`db` and :mod:`enqueueing` run these statements.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.resources
+import re
+
+_BLOCK_HEADER = re.compile(r"^-- ([a-z_]+) --$", re.MULTILINE)
+
+
+def _load_queries() -> dict[str, str]:
+    text = importlib.resources.files(__package__).joinpath("sql/queries.sql").read_text()
+    parts = _BLOCK_HEADER.split(text)
+    # parts = [preamble, name1, body1, name2, body2, ...]
+    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2])}
+
+
+QUERIES: dict[str, str] = _load_queries()
+
+#: The statements a worker runs for every claim and every write of outcomes.
+#: Each connection prepares them on first use: planning the claim takes
+#: longer than running it (0.18 ms against 0.05 ms), and a job waits for it.
+PREPARED = frozenset({"claim_due_jobs", "claim_limited_jobs", "record_successes",
+                      "record_outcomes", "renew_leases", "seconds_until_next_due"})
+_PARAMETER = re.compile(r"%\((\w+)\)s")
+
+
+def prepared_form(name: str) -> tuple[str, str]:
+    """The PREPARE of a named statement, and the EXECUTE that passes its
+    named parameters as $1, $2, ... in order of first use."""
+    names: list[str] = []
+
+    def number(match: re.Match) -> str:
+        if match[1] not in names:
+            names.append(match[1])
+        return f"${names.index(match[1]) + 1}"
+    body = _PARAMETER.sub(number, QUERIES[name]).rstrip().rstrip(";").replace("%%", "%")
+    arguments = ", ".join(f"%({n})s" for n in names)
+    return (f"PREPARE motir_{name} AS {body}",
+            f"EXECUTE motir_{name}" + (f" ({arguments})" if names else ""))
+
+
+@dataclasses.dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+def load_migrations() -> list[Migration]:
+    folder = importlib.resources.files(__package__).joinpath("sql/migrations")
+    migrations = []
+    for entry in folder.iterdir():
+        match = re.fullmatch(r"(\d{4})_([a-z0-9_]+)\.sql", entry.name)
+        if match:
+            migrations.append(Migration(int(match[1]), match[2], entry.read_text()))
+    return sorted(migrations, key=lambda m: m.version)
