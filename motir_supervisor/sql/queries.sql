@@ -22,10 +22,10 @@ SET jit = off;
 -- job_queue_claim (priority, run_at, id) in that order could not stop at
 -- the first row not due yet: the rows of the next priority follow it, so a
 -- claim that finds fewer due rows than it asks for would read every pending
--- row, delayed ones and backoffs included. Instead `priorities` hops from
--- one distinct priority of the pending rows to the next (one index probe
--- each, and there are few), and each priority's due rows are a range of the
--- index that ends at now(). The nested loop runs the priorities in
+-- row, delayed ones and backoffs included. Instead job_queue_priorities (a
+-- view, migrations/0004) hops from one distinct priority of the pending
+-- rows to the next (one index probe each, and there are few), and each
+-- priority's due rows are a range of the index that ends at now(). The nested loop runs the priorities in
 -- ascending order and stops once the limit is reached.
 --
 -- Paused queues (migrations/0003) are read once, as one array, behind a
@@ -44,15 +44,8 @@ SET jit = off;
 -- statement's snapshot still sees pending). NOT IN of the subquery is
 -- hashed: `id <> ALL` of an array compared every row with every claimed id,
 -- 8 ms of a 14 ms claim of 512 jobs.
-WITH RECURSIVE priorities AS (
-    (SELECT priority FROM job_queue WHERE state = 'pending' AND NOT limited
-     ORDER BY priority LIMIT 1)
-    UNION ALL
-    SELECT (SELECT q.priority FROM job_queue AS q
-            WHERE q.state = 'pending' AND NOT q.limited AND q.priority > p.priority
-            ORDER BY q.priority LIMIT 1)
-    FROM priorities AS p
-    WHERE p.priority IS NOT NULL
+WITH priorities AS (
+    SELECT priority FROM job_queue_priorities
 ), claimed AS (
     UPDATE job_queue AS j
     SET state = 'running',
@@ -119,14 +112,7 @@ ORDER BY priority, run_at, id;
 -- column says whether any kind is limited, so that a worker knows whether
 -- to run claim_limited_jobs at all.
 WITH RECURSIVE priorities AS (
-    (SELECT priority FROM job_queue WHERE state = 'pending' AND NOT limited
-     ORDER BY priority LIMIT 1)
-    UNION ALL
-    SELECT (SELECT q.priority FROM job_queue AS q
-            WHERE q.state = 'pending' AND NOT q.limited AND q.priority > p.priority
-            ORDER BY q.priority LIMIT 1)
-    FROM priorities AS p
-    WHERE p.priority IS NOT NULL
+    SELECT priority FROM job_queue_priorities
 ), lanes AS (
     SELECT l.kind,
            (SELECT min(q.priority) FROM job_queue AS q
@@ -648,15 +634,8 @@ ORDER BY queue, state;
 -- Each priority of the regular lane through the claim's index, as
 -- seconds_until_next_due walks it; the limited lane is read whole (it is
 -- the index of a few kinds' rows).
-WITH RECURSIVE priorities AS (
-    (SELECT priority FROM job_queue WHERE state = 'pending' AND NOT limited
-     ORDER BY priority LIMIT 1)
-    UNION ALL
-    SELECT (SELECT q.priority FROM job_queue AS q
-            WHERE q.state = 'pending' AND NOT q.limited AND q.priority > p.priority
-            ORDER BY q.priority LIMIT 1)
-    FROM priorities AS p
-    WHERE p.priority IS NOT NULL
+WITH priorities AS (
+    SELECT priority FROM job_queue_priorities
 )
 SELECT extract(epoch FROM now() - least(
     (SELECT min((SELECT min(q.run_at) FROM job_queue AS q

@@ -55,6 +55,23 @@ CREATE INDEX job_queue_claim ON job_queue (priority, run_at, id)
     WHERE state = 'pending' AND NOT limited;
 DROP INDEX job_queue_due;
 
+-- The distinct priorities of the regular lane's pending rows, smallest
+-- first, one index probe each (a loose index scan): the claim, its
+-- more_due, the idle worker's wait and `status` walk the lane one priority
+-- at a time through these (see claim_due_jobs in queries.sql).
+CREATE VIEW job_queue_priorities AS
+WITH RECURSIVE priorities AS (
+    (SELECT priority FROM job_queue WHERE state = 'pending' AND NOT limited
+     ORDER BY priority LIMIT 1)
+    UNION ALL
+    SELECT (SELECT q.priority FROM job_queue AS q
+            WHERE q.state = 'pending' AND NOT q.limited AND q.priority > p.priority
+            ORDER BY q.priority LIMIT 1)
+    FROM priorities AS p
+    WHERE p.priority IS NOT NULL
+)
+SELECT priority FROM priorities WHERE priority IS NOT NULL;
+
 -- The limited claim walks each limited kind's pending rows by priority, and
 -- counts each limited kind's running rows.
 CREATE INDEX job_queue_limited ON job_queue (kind, priority, run_at, id)
