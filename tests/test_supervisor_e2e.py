@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import psycopg2
 import pytest
 
 from tests.helpers import Sql, wait_until
@@ -300,6 +301,14 @@ def own_server():
         yield server
 
 
+def _connected(url):
+    """A connection, or None while the server still says it is starting up."""
+    try:
+        return Sql(url)
+    except psycopg2.OperationalError:
+        return None
+
+
 def test_a_database_restart_loses_nothing(own_server, migrated_template):
     from motir_supervisor import db
     from tests.conftest import EXECUTIONS_TABLE
@@ -321,7 +330,7 @@ def test_a_database_restart_loses_nothing(own_server, migrated_template):
         time.sleep(0.5)  # an outage, however short, during which workers fail to reach it
         restarted = time.monotonic()
         own_server.executor.start()
-        sql = Sql(url)
+        sql = wait_until(lambda: _connected(url), 10, message="the restarted server")
         wait_until(lambda: sql.value(
             "SELECT count(*) FROM job_queue WHERE state <> 'succeeded'") == 0, 60,
             interval=0.1, message="every job succeeded after the restart")
