@@ -104,6 +104,15 @@ def test_the_limited_claim_takes_only_free_slots_and_the_regular_claim_none(sql,
     assert len(store.claim_limited_jobs("c", 10, 30, None)[0]) == 1
 
 
+def test_a_limited_claim_short_of_room_says_more_could_run(sql, store):
+    store.sync_limits({"a": 3})
+    sql.rows("INSERT INTO job_queue (kind) SELECT 'a' FROM generate_series(1, 5)")
+    jobs, more = store.claim_limited_jobs("c", 2, 30, None)
+    assert len(jobs) == 2 and more  # a third slot is free, and a job for it
+    jobs, more = store.claim_limited_jobs("c", 2, 30, None)
+    assert len(jobs) == 1 and not more  # at the limit now
+
+
 def test_a_freed_slot_wakes_the_workers(sql, store, database_url):
     store.sync_limits({"a": 1})
     sql.rows("INSERT INTO job_queue (kind) VALUES ('a'), ('a')")

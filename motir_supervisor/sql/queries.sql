@@ -231,8 +231,9 @@ WITH RECURSIVE free AS (
           AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
                OR queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
         ORDER BY run_at, id
-        -- No lane locks more rows than the claim could take.
-        LIMIT least(lanes.slots, %(limit)s)
+        -- No lane locks more rows than the claim could take, and one more
+        -- to tell whether more could run (more_due).
+        LIMIT least(lanes.slots, %(limit)s + 1)
         FOR UPDATE SKIP LOCKED
     ) AS due
     WHERE lanes.priority IS NOT NULL
