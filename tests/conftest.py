@@ -7,6 +7,10 @@ from motir_supervisor import db
 from tests.helpers import Sql
 from tests.pgserver import ThrowawayPostgres
 
+# The fixtures users get from the pytest11 entry point once the package is
+# installed; named as the entry point is, so that pytest loads it once.
+pytest_plugins = ["motir_supervisor.pytest_plugin"]
+
 TEMPLATE = "motir_template"
 _names = itertools.count(1)
 

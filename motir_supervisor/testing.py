@@ -1,0 +1,186 @@
+"""Helpers for testing users' handlers: one run in-process, or a test database drained.
+
+:func:`run_job` calls a registered kind's handler with a payload, no
+database needed, and says how the run ended, decided by the same
+:func:`outcomes.decide` the worker uses. :func:`drain` claims a test
+database's due jobs with the real claims, runs them through :func:`run_job`
+and writes their outcomes as a worker does. Neither forks, installs signal
+handlers or applies a kind's timeout: the run happens in the caller's thread.
+The pytest fixtures are in pytest_plugin.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+from typing import Any, Callable, Sequence
+
+from . import db, ledger, outcomes, registry
+from .config import Config
+
+#: The claimant name drain's claims carry, as `status` shows them.
+CLAIMANT = f"motir-testing:{os.getpid()}"
+#: How long drain's claims are valid: the handler runs in the caller's
+#: thread and nothing renews them.
+LEASE_SECONDS = 300.0
+#: The worker's defaults, so that a test sees the delays production sees.
+RETRY_BASE_SECONDS = Config.retry_base_seconds
+RETRY_MAX_SECONDS = Config.retry_max_seconds
+
+SUCCEEDED = "succeeded"
+RETRY = "retry"
+FAILED = "failed"
+SNOOZED = "snoozed"
+INTERRUPTED = "interrupted"
+
+
+class UnknownKind(LookupError):
+    """run_job was given a kind no imported module registered."""
+
+
+@dataclasses.dataclass(frozen=True)
+class JobOutcome:
+    """How one run of a handler ended."""
+
+    kind: str
+    job_id: int
+    #: One of SUCCEEDED, RETRY, FAILED, SNOOZED, INTERRUPTED.
+    outcome: str
+    #: The failure as last_error stores it (type, message, innermost frames).
+    error: str | None = None
+    #: For RETRY the delay before the next attempt; for SNOOZED the snooze.
+    seconds: float = 0.0
+    #: What the handler raised, None for a success.
+    exception: BaseException | None = None
+    #: Every j.checkpoint(data) of the run, in order.
+    checkpoints: tuple[Any, ...] = ()
+    #: The decision the worker would write.
+    decision: outcomes.Decision = outcomes.SUCCESS
+
+    @property
+    def checkpoint(self) -> Any:
+        """The last checkpoint the handler saved, or None."""
+        return self.checkpoints[-1] if self.checkpoints else None
+
+
+class _Stopping:
+    def __init__(self, value: bool):
+        self.value = value
+
+    def is_set(self) -> bool:
+        return self.value
+
+
+def run_job(kind: str, payload: Any = None, *, attempt: int = 1, max_attempts: int = 5,
+            checkpoint_data: Any = None, stopping: bool = False, job_id: int = 1,
+            queue: str = "default", retry_base_seconds: float = RETRY_BASE_SECONDS,
+            retry_max_seconds: float = RETRY_MAX_SECONDS,
+            save_checkpoint: Callable[[Any], bool] | None = None) -> JobOutcome:
+    """Run ``kind``'s handler once, here and now, and say how it ended.
+
+    ``stopping`` is what ``j.stopping`` reads (a deploy's SIGTERM): a handler
+    that then saves a checkpoint and raises Interrupted is INTERRUPTED.
+    Checkpoints are kept in memory (``save_checkpoint``, which drain passes,
+    also writes them elsewhere). An ``async def`` handler runs in asyncio.run.
+    """
+    registration = registry.registration_for(kind)
+    if registration is None:
+        known = ", ".join(registry.registered_kinds()) or "none"
+        raise UnknownKind(f"no handler registered for job kind {kind!r} (registered: {known});"
+                          " import the module that registers it")
+    saved: list[Any] = []
+
+    def keep(data: Any) -> bool:
+        if save_checkpoint is not None and not save_checkpoint(data):
+            return False
+        saved.append(data)
+        return True
+
+    handle = registry.Job(id=job_id, kind=kind, queue=queue, payload=payload, attempt=attempt,
+                          max_attempts=max_attempts, checkpoint_data=checkpoint_data,
+                          stopping=_Stopping(stopping), save_checkpoint=keep)
+    error: BaseException | None = None
+    try:
+        if registration.is_async:
+            asyncio.run(registration.handler(handle))
+        else:
+            registration.handler(handle)
+    except Exception as exc:  # noqa: BLE001 - every failure is the job's outcome
+        error = exc
+    decision = outcomes.decide(error, attempt, stopping, retry_base_seconds, retry_max_seconds)
+    return JobOutcome(kind, job_id, _outcome_of(decision, attempt, max_attempts), decision.error,
+                      decision.retry_in_seconds, error, tuple(saved), decision)
+
+
+def _outcome_of(decision: outcomes.Decision, attempt: int, max_attempts: int) -> str:
+    if decision.state == ledger.SUCCEEDED:
+        return SUCCEEDED
+    if decision.state == ledger.SNOOZED:
+        return SNOOZED
+    if decision.state == ledger.RELEASE:
+        return INTERRUPTED
+    return FAILED if decision.permanent or attempt >= max_attempts else RETRY
+
+
+def drain(database: str | db.JobStore, *, queues: Sequence[str] | None = None,
+          max_jobs: int = 1000, retry_base_seconds: float = RETRY_BASE_SECONDS,
+          retry_max_seconds: float = RETRY_MAX_SECONDS) -> list[JobOutcome]:
+    """Run the due jobs of a test database (a URL or a JobStore) until none is due.
+
+    Jobs are claimed with the worker's own claims (limited kinds within
+    their max_running) and their outcomes written by record_outcomes, so
+    rows end as a worker leaves them: a retried job is pending again with
+    its attempt spent, due after the retry delay. That delay is the
+    worker's by default, so a retry stays pending; with
+    ``retry_base_seconds=0`` it is due at once and drained again. Jobs
+    whose run_at is in the future are left pending. Stops after
+    ``max_jobs`` runs (a job that snoozes 0 s forever). Returns the runs'
+    outcomes in the order they ran.
+    """
+    store = db.JobStore(database) if isinstance(database, str) else database
+    ran: list[JobOutcome] = []
+    try:
+        while len(ran) < max_jobs:
+            room = max_jobs - len(ran)
+            claimed, _ = store.claim_due_jobs(CLAIMANT, room, LEASE_SECONDS, queues)
+            if len(claimed) < room:
+                limited, _ = store.claim_limited_jobs(CLAIMANT, room - len(claimed),
+                                                      LEASE_SECONDS, queues)
+                claimed += limited
+            if not claimed:
+                break
+            unknown = sorted({j.kind for j in claimed} - set(registry.registered_kinds()))
+            if unknown:
+                store.release_claims_of([CLAIMANT], [j.id for j in claimed])
+                raise UnknownKind(f"the queue holds jobs of kinds no handler is registered"
+                                  f" for: {', '.join(unknown)}; import the modules that"
+                                  " register them")
+            batch = [_run_claimed(store, job, retry_base_seconds, retry_max_seconds)
+                     for job in claimed]
+            _write(store, batch)
+            ran += batch
+    finally:
+        if store is not database:
+            store.close()
+    return ran
+
+
+def _run_claimed(store: db.JobStore, job: db.ClaimedJob, retry_base_seconds: float,
+                 retry_max_seconds: float) -> JobOutcome:
+    return run_job(job.kind, job.payload, attempt=job.attempt, max_attempts=job.max_attempts,
+                   checkpoint_data=job.checkpoint_data, job_id=job.id, queue=job.queue,
+                   retry_base_seconds=retry_base_seconds, retry_max_seconds=retry_max_seconds,
+                   save_checkpoint=lambda data: store.save_checkpoint(job.id, CLAIMANT, data))
+
+
+def _write(store: db.JobStore, batch: list[JobOutcome]) -> None:
+    """As the worker writes a batch (holdings.write_finished): the outcomes,
+    then the runs that stopped at a checkpoint given back."""
+    store.record_outcomes(CLAIMANT, [
+        db.Outcome(o.job_id, o.decision.error, o.decision.retry_in_seconds,
+                   o.decision.permanent, o.decision.state == ledger.SNOOZED)
+        for o in batch if o.outcome != INTERRUPTED])
+    released = [o.job_id for o in batch if o.outcome == INTERRUPTED]
+    if released:
+        store.release_claims_of([CLAIMANT], released)

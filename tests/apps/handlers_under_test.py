@@ -1,0 +1,72 @@
+"""Handlers tests/test_testing.py runs through motir_supervisor.testing:
+no database of their own, so what they did is kept in RUNS."""
+
+import asyncio
+
+from motir_supervisor import Interrupted, PermanentFailure, Snooze, job
+
+#: (kind, job id, attempt) of every run, in order.
+RUNS = []
+
+
+def _note(j):
+    RUNS.append((j.kind, j.id, j.attempt))
+
+
+@job("helper_ok")
+def ok(j):
+    _note(j)
+    return j.payload
+
+
+@job("helper_flaky")
+def flaky(j):
+    """Fails until payload.succeed_on_attempt."""
+    _note(j)
+    if j.attempt < j.payload["succeed_on_attempt"]:
+        raise RuntimeError(f"flaky on attempt {j.attempt}")
+
+
+@job("helper_permanent")
+def permanent(j):
+    _note(j)
+    raise PermanentFailure("bad input")
+
+
+@job("helper_snooze")
+def snooze(j):
+    _note(j)
+    raise Snooze(j.payload["seconds"])
+
+
+@job("helper_steps")
+def steps(j):
+    """Saves a checkpoint per step; stops at a checkpoint when asked to."""
+    _note(j)
+    done = (j.checkpoint_data or {}).get("step", 0)
+    while done < j.payload["steps"]:
+        done += 1
+        j.checkpoint({"step": done})
+        if j.stopping:
+            raise Interrupted()
+
+
+@job("helper_async")
+async def async_handler(j):
+    _note(j)
+    await asyncio.sleep(0)
+    if j.payload.get("fail"):
+        raise ValueError("async boom")
+
+
+@job("helper_interrupt_anyway")
+def interrupt_anyway(j):
+    """Raises Interrupted although nobody asked it to stop."""
+    _note(j)
+    raise Interrupted()
+
+
+@job("helper_limited", max_running=1)
+def limited(j):
+    """A kind of the limited lane, claimed by claim_limited_jobs."""
+    _note(j)
