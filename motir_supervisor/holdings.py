@@ -253,9 +253,7 @@ class Holdings:
         recorded = [run for run in self._to_write if run.decision.state != ledger.RELEASE]
         if recorded:
             states = self.store.record_outcomes(self.claimant, [
-                db.Outcome(run.claimed.id, run.decision.error, run.decision.retry_in_seconds,
-                           run.decision.permanent, run.decision.state == ledger.SNOOZED)
-                for run in recorded])
+                outcomes.as_outcome(run.claimed.id, run.decision) for run in recorded])
             self._settle(recorded)
             self._to_write = [r for r in self._to_write if r.decision.state == ledger.RELEASE]
             self._log_recorded(recorded, states)

@@ -12,7 +12,7 @@ import random
 import traceback
 from typing import NamedTuple
 
-from . import ledger, metrics, registry
+from . import db, ledger, metrics, registry
 from .logs import LINES
 
 log = logging.getLogger("motir_supervisor.worker")
@@ -35,6 +35,13 @@ class Decision(NamedTuple):
 
 
 SUCCESS = Decision(ledger.SUCCEEDED)
+
+
+def as_outcome(job_id: int, decision: Decision) -> db.Outcome:
+    """What record_outcomes writes for a run that ended with ``decision``
+    (not a release: that goes back, unwritten)."""
+    return db.Outcome(job_id, decision.error, decision.retry_in_seconds, decision.permanent,
+                      decision.state == ledger.SNOOZED)
 
 
 def retry_delay(attempt: int, base: float, cap: float) -> float:

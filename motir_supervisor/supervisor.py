@@ -384,10 +384,10 @@ class Supervisor:
         booted = _read_ready(child.ready_fd)
         entries = tuple(child.ledger.entries())
         timed_out = child.ledger.retiring and code == EXIT_TIMEOUT
+        ran_to_the_end = not any(entry.state == ledger.RUNNING for entry in entries)
         # A handler can exit with any code: the ledger must say so too, and
         # nothing may have been running (a recycle lets every run end).
-        recycled = (child.ledger.retiring and code == EXIT_RECYCLED
-                    and not any(entry.state == ledger.RUNNING for entry in entries))
+        recycled = child.ledger.retiring and code == EXIT_RECYCLED and ran_to_the_end
         why = child.ledger.retiring_why
         child.ledger.close()
         # A worker that dies wakes nobody: if it was the listener, another
@@ -411,8 +411,7 @@ class Supervisor:
                      "" if self.stopping else "; a fresh worker runs in its place")
             metrics.record_restart("recycled")
             return
-        if not any(entry.state == ledger.RUNNING for entry in entries) and (
-                child.retiring and code == 0):
+        if ran_to_the_end and child.retiring and code == 0:
             log.info("worker %d (pid %d) %s", child.index, child.pid, words)
             return
         log.error("worker %d (pid %d) %s after %.1fs; settling its claims", child.index,

@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 
 from . import db, ledger, outcomes, registry
 from .config import Config
+from .executor import StopFlag
 
 #: The claimant name drain's claims carry, as `status` shows them.
 CLAIMANT = f"motir-testing:{os.getpid()}"
@@ -64,14 +65,6 @@ class JobOutcome:
         return self.checkpoints[-1] if self.checkpoints else None
 
 
-class _Stopping:
-    def __init__(self, value: bool):
-        self.value = value
-
-    def is_set(self) -> bool:
-        return self.value
-
-
 def run_job(kind: str, payload: Any = None, *, attempt: int = 1, max_attempts: int = 5,
             checkpoint_data: Any = None, stopping: bool = False, job_id: int = 1,
             queue: str = "default", retry_base_seconds: float = RETRY_BASE_SECONDS,
@@ -97,9 +90,12 @@ def run_job(kind: str, payload: Any = None, *, attempt: int = 1, max_attempts: i
         saved.append(data)
         return True
 
+    flag = StopFlag()
+    if stopping:
+        flag.set()
     handle = registry.Job(id=job_id, kind=kind, queue=queue, payload=payload, attempt=attempt,
                           max_attempts=max_attempts, checkpoint_data=checkpoint_data,
-                          stopping=_Stopping(stopping), save_checkpoint=keep)
+                          stopping=flag, save_checkpoint=keep)
     error: BaseException | None = None
     try:
         if registration.is_async:
@@ -158,7 +154,10 @@ def drain(database: str | db.JobStore, *, queues: Sequence[str] | None = None,
                                   " register them")
             batch = [_run_claimed(store, job, retry_base_seconds, retry_max_seconds)
                      for job in claimed]
-            _write(store, batch)
+            # Nothing asks a drained handler to stop, so no run is given
+            # back (INTERRUPTED): every one has an outcome to write.
+            store.record_outcomes(CLAIMANT, [outcomes.as_outcome(o.job_id, o.decision)
+                                             for o in batch])
             ran += batch
     finally:
         if store is not database:
@@ -172,15 +171,3 @@ def _run_claimed(store: db.JobStore, job: db.ClaimedJob, retry_base_seconds: flo
                    checkpoint_data=job.checkpoint_data, job_id=job.id, queue=job.queue,
                    retry_base_seconds=retry_base_seconds, retry_max_seconds=retry_max_seconds,
                    save_checkpoint=lambda data: store.save_checkpoint(job.id, CLAIMANT, data))
-
-
-def _write(store: db.JobStore, batch: list[JobOutcome]) -> None:
-    """As the worker writes a batch (holdings.write_finished): the outcomes,
-    then the runs that stopped at a checkpoint given back."""
-    store.record_outcomes(CLAIMANT, [
-        db.Outcome(o.job_id, o.decision.error, o.decision.retry_in_seconds,
-                   o.decision.permanent, o.decision.state == ledger.SNOOZED)
-        for o in batch if o.outcome != INTERRUPTED])
-    released = [o.job_id for o in batch if o.outcome == INTERRUPTED]
-    if released:
-        store.release_claims_of([CLAIMANT], released)

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from tests.helpers import wait_until
+from tests.supervisors import title_of
 from tests.test_supervisor_e2e import enqueue, executions_per_job, state_of
 
 pytestmark = pytest.mark.e2e
@@ -175,8 +176,12 @@ def test_a_busy_listener_hands_its_wake_ups_on(executions, start_supervisor):
     # must reach the other worker through the kick pipe within milliseconds.
     supervisor = start_supervisor("--workers", "2", "--concurrency", "1",
                                   "--poll-seconds", "30")
-    supervisor.wait_for_workers(2)
+    pids = supervisor.wait_for_workers(2)
     listener = wait_until(lambda: listener_of(supervisor), 5, message="a listener")
+    # Both past their first look at the queue: a worker still booting would
+    # claim the job below before the listener heard of it.
+    wait_until(lambda: all(title_of(pid).endswith("idle") for pid in pids), 5,
+               message="two idle workers")
     # In an idle fleet the listener hears a new job first and claims it itself.
     [long_job] = enqueue(executions, "record", '{"sleep": 3}')
     wait_until(lambda: starts(executions, [long_job]), 5)

@@ -244,6 +244,8 @@ WITH RECURSIVE free AS (
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
 ), claimed AS (
+    -- The claim's write, as in claim_due_jobs: each claim stays one
+    -- statement, planned and prepared whole.
     UPDATE job_queue AS j
     SET state = 'running',
         locked_by = %(claimant)s,
