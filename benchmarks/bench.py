@@ -20,6 +20,8 @@ measures, in this order:
   from 3 s after its start and from 3 s after a burst;
 - the job model (benchmarks/job_model.py): priorities and unique keys, and
   urgent jobs behind a deep backlog;
+- the dashboard (benchmarks/dashboard_pages.py): each page's time on a
+  table of a million finished jobs;
 - with ``--peers``, the peers of issue 5 on the same jobs with the same
   parallelism, each in its own database of the same server (see
   benchmarks/peers: they are installed apart from the project and only called).
@@ -46,7 +48,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from benchmarks import job_model, waiting
+from benchmarks import dashboard_pages, job_model, waiting
 from benchmarks.peers import PeerRun, Runtimes, configurations
 from benchmarks.peers import measure as measure_peer
 from tests.helpers import Sql, wait_until
@@ -105,7 +107,7 @@ SELECT EXISTS (SELECT FROM job_queue WHERE state = 'pending')
 MAX_CONNECTIONS = 400
 
 
-SECTIONS = ("throughput", "latency", "io", "idle", "model")
+SECTIONS = ("throughput", "latency", "io", "idle", "model", "dashboard")
 
 
 class BenchError(RuntimeError):
@@ -216,6 +218,8 @@ class BenchResults:
     peers: tuple[PeerRun, ...] | None
     #: Issue 10's targets: priorities and unique keys, urgent jobs behind a backlog.
     job_model: job_model.JobModelRun | None = None
+    #: Issue 11: the dashboard's pages on a big table.
+    dashboard: dashboard_pages.DashboardRun | None = None
 
     def as_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -557,11 +561,13 @@ class Bench:
         if "idle" in only:
             idle = self.measure_idle_cost()
         model = job_model.measure_job_model(self) if "model" in only else None
+        dashboard = dashboard_pages.measure_dashboard(self) if "dashboard" in only else None
         return BenchResults(
             measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             settings=self.settings, machine=machine, pgbench=pgbench, throughput=throughput,
             bloated=bloated, latency=latency, io_bound=io_bound, io_peers=io_peers, idle=idle,
-            peers=self.measure_peers() if "throughput" in only else None, job_model=model)
+            peers=self.measure_peers() if "throughput" in only else None, job_model=model,
+            dashboard=dashboard)
 
 
 # -- the report -------------------------------------------------------------------
@@ -603,6 +609,8 @@ def format_report(results: BenchResults) -> str:
         lines += ["", *waiting.format_latency(results.latency)]
     if results.job_model:
         lines += ["", *job_model.format_job_model(results.job_model)]
+    if results.dashboard:
+        lines += ["", *dashboard_pages.format_dashboard(results.dashboard)]
     if results.io_bound or results.io_peers:
         lines += ["", *waiting.format_io(results.io_bound, results.io_peers)]
     if results.idle:

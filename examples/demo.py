@@ -1,8 +1,14 @@
-"""bin/demo: run motir-supervisor end to end on a throwaway PostgreSQL."""
+"""bin/demo: run motir-supervisor end to end on a throwaway PostgreSQL.
+
+``bin/demo --dashboard`` then keeps the database, runs the supervisor again
+and serves the dashboard on it until Ctrl-C.
+"""
 
 from __future__ import annotations
 
+import argparse
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -20,6 +26,11 @@ JOBS = [("send_email", 200, '{"to": "user@example.com"}'),
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(prog="bin/demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--dashboard", action="store_true",
+                        help="afterwards, serve the dashboard on the demo's jobs until Ctrl-C")
+    parser.add_argument("--port", type=int, default=8080, help="the dashboard's port [8080]")
+    args = parser.parse_args()
     print("starting a throwaway PostgreSQL ...", flush=True)
     with ThrowawayPostgres() as pg:
         url = pg.create_database("motir_demo")
@@ -54,8 +65,33 @@ def main() -> int:
         for line in log_path.read_text().splitlines()[-6:]:
             print("  " + line)
         sql.close()
+        if args.dashboard:
+            serve_dashboard(env, args.port, log_path)
     print("throwaway PostgreSQL stopped and removed")
     return 0 if code == 0 else 1
+
+
+def serve_dashboard(env: dict[str, str], port: int, log_path: Path) -> None:
+    password = secrets.token_urlsafe(12)
+    env = {**env, "MOTIR_WEB_PASSWORD": password}
+    with open(log_path, "a") as log:
+        processes = [subprocess.Popen([*CLI, *command], env=env, stdout=log,
+                                      stderr=subprocess.STDOUT)
+                     for command in (["run", "--workers", "2", "--app", "examples.demo_app"],
+                                     ["web", "--host", "127.0.0.1", "--port", str(port)])]
+    print(f"the dashboard: http://127.0.0.1:{port}/ (any user name, password {password});"
+          " the supervisor runs again, so a retried job runs. Ctrl-C to stop.", flush=True)
+    try:
+        while all(p.poll() is None for p in processes):
+            time.sleep(0.5)
+        print("demo: the supervisor or the dashboard stopped; see", log_path, file=sys.stderr)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        for process in processes:
+            process.wait(60)
 
 
 def show_progress(sql: Sql, total: int) -> None:

@@ -11,6 +11,7 @@ import contextlib
 import datetime
 import importlib.util
 import json
+import os
 import sys
 from typing import Iterator
 
@@ -323,7 +324,9 @@ def prune(database_url, older_than_hours) -> None:
 @click.option("--host", envvar="MOTIR_WEB_HOST", default="0.0.0.0", show_default=True)
 @click.option("--port", envvar="PORT", type=int, default=8080, show_default=True)
 def web(database_url, host, port) -> None:
-    """Serve /healthz and /metrics (queue depth, oldest due job, expired leases)."""
+    """Serve /healthz, /metrics and, when MOTIR_WEB_PASSWORD is set, the dashboard at /."""
     from . import web as web_server  # prometheus_client is imported only here
 
-    web_server.serve(require_database(database_url), host, port)
+    # From the environment only: an option's value would show in `ps`.
+    password = os.environ.get("MOTIR_WEB_PASSWORD", "")
+    web_server.serve(require_database(database_url), host, port, password)

@@ -1,5 +1,6 @@
 """The SQL text the package runs: the named statements of
-``sql/queries.sql``, the prepared form of the hot ones, and the migrations.
+``sql/queries.sql`` and ``sql/dashboard.sql`` (the dashboard's reads), the
+prepared form of the hot ones, and the migrations.
 
 Nothing here connects; :mod:`db` and :mod:`enqueueing` run these statements.
 """
@@ -13,14 +14,20 @@ import re
 _BLOCK_HEADER = re.compile(r"^-- ([a-z_]+) --$", re.MULTILINE)
 
 
-def _load_queries() -> dict[str, str]:
-    text = importlib.resources.files(__package__).joinpath("sql/queries.sql").read_text()
-    parts = _BLOCK_HEADER.split(text)
-    # parts = [preamble, name1, body1, name2, body2, ...]
-    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2])}
+def _load_queries(*files: str) -> dict[str, str]:
+    queries: dict[str, str] = {}
+    for file in files:
+        text = importlib.resources.files(__package__).joinpath(file).read_text()
+        parts = _BLOCK_HEADER.split(text)
+        # parts = [preamble, name1, body1, name2, body2, ...]
+        for name, body in zip(parts[1::2], parts[2::2]):
+            if name in queries:
+                raise RuntimeError(f"{file}: statement {name!r} is named twice")
+            queries[name] = body.strip()
+    return queries
 
 
-QUERIES: dict[str, str] = _load_queries()
+QUERIES: dict[str, str] = _load_queries("sql/queries.sql", "sql/dashboard.sql")
 
 #: The statements a worker runs for every claim and every write of outcomes.
 #: Each connection prepares them on first use: planning the claim takes

@@ -1,8 +1,10 @@
-"""`motir-supervisor web`: the app group's HTTP face, /healthz and /metrics.
+"""`motir-supervisor web`: the app group's HTTP face: /healthz and /metrics,
+open to all, and the dashboard (:mod:`.dashboard`) at every other path when
+MOTIR_WEB_PASSWORD is set.
 
 The HTTP server and the text format are prometheus_client's; this module
-only routes two paths and turns the queue's state into gauges at scrape time.
-It runs no SQL itself (it calls :mod:`db`) and forks nothing.
+routes, and turns the queue's state into gauges at scrape time. It runs no
+SQL itself (it calls :mod:`db`) and forks nothing.
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ def health(store: db.JobStore, lock: threading.Lock) -> tuple[bool, str]:
     return True, "ok"
 
 
-def make_app(store: db.JobStore) -> Callable:
+def make_app(store: db.JobStore, dashboard: Callable | None = None) -> Callable:
     lock = threading.Lock()
     registry = CollectorRegistry()
     registry.register(QueueCollector(store, lock))
@@ -89,8 +91,11 @@ def make_app(store: db.JobStore) -> Callable:
             start_response("200 OK" if ok else "503 Service Unavailable",
                            [("Content-Type", "text/plain; charset=utf-8")])
             return [why.encode() + b"\n"]
+        if dashboard is not None:
+            return dashboard(environ, start_response)
         start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
-        return [b"not found: try /healthz or /metrics\n"]
+        return [b"not found: try /healthz or /metrics; the dashboard at / is off until"
+                b" MOTIR_WEB_PASSWORD is set\n"]
 
     return app
 
@@ -100,11 +105,17 @@ class _QuietHandler(WSGIRequestHandler):
         log.debug("%s %s", self.address_string(), format % args)
 
 
-def serve(database_url: str, host: str, port: int) -> None:
+def serve(database_url: str, host: str, port: int, password: str | None = None) -> None:
+    """Serve until interrupted; the dashboard only with a password."""
     store = db.JobStore(database_url, application_name="motir-supervisor web")
-    server = make_server(host, port, make_app(store), ThreadingWSGIServer,
+    dashboard = None
+    if password:
+        from .dashboard import create_app  # Flask is imported only for the dashboard
+        dashboard = create_app(database_url, password)
+    server = make_server(host, port, make_app(store, dashboard), ThreadingWSGIServer,
                          handler_class=_QuietHandler)
-    log.info("web: /healthz and /metrics on %s:%d for %s", host, port,
+    log.info("web: %s/healthz and /metrics on %s:%d for %s",
+             "the dashboard at / (basic auth), " if dashboard else "", host, port,
              db.describe_dsn(database_url))
     try:
         server.serve_forever()

@@ -47,4 +47,10 @@ def test_the_smoke_benchmark_reports_every_figure(tmp_path):
     assert [idle["after"] for idle in results["idle"]] == ["start", "burst"]
     for idle in results["idle"]:
         assert idle["cpu_percent_of_core"] >= 0 and idle["db_statements_per_second"] >= 0
+    dashboard = results["dashboard"]
+    assert dashboard["rows"] == results["settings"]["bloat_rows"]
+    assert len(dashboard["pages"]) >= 10 and dashboard["first_queues_load_ms"] > 0
+    for page in dashboard["pages"]:
+        assert 0 < page["median_ms"] <= page["max_ms"], page
+    assert "dashboard: each page" in done.stdout
     assert results["peers"] is None

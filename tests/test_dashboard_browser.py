@@ -1,0 +1,135 @@
+"""The dashboard in a real headless browser (Debian's chromium through its
+chromedriver), against `motir-supervisor web` and a running supervisor:
+log in, find a failed job, retry it, see it succeed."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import urllib.request
+
+import port_for
+import pytest
+
+from tests.helpers import wait_until
+from tests.supervisors import ROOT
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+
+PASSWORD = "dashboard-test-password"
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+        why = (f"{CHROMIUM} and {CHROMEDRIVER} are needed (Debian: apt-get install chromium"
+               " chromium-driver; bin/setup installs them when run as root)")
+        if os.environ.get("MOTIR_REQUIRE_BROWSER"):
+            pytest.fail(why)
+        pytest.skip(why)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="motir-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    # Headless as root in a container; and no calls home, which this
+    # machine's closed network would refuse one by one.
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--disable-quic", "--no-first-run", "--disable-background-networking",
+                     "--disable-component-update", "--disable-sync",
+                     f"--user-data-dir={profile}"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    driver.implicitly_wait(0)
+    yield driver
+    driver.quit()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture
+def dashboard(database_url):
+    port = port_for.select_random()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "motir_supervisor", "web", "--host", "127.0.0.1",
+         "--port", str(port)],
+        env={**os.environ, "DATABASE_URL": database_url, "MOTIR_WEB_PASSWORD": PASSWORD},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+
+    def listening():
+        try:
+            return urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2).status
+        except OSError:
+            return None
+    wait_until(listening, 15, message="the dashboard to listen")
+    yield port
+    process.send_signal(signal.SIGTERM)
+    process.wait(10)
+
+
+def test_log_in_find_a_failed_job_retry_it_and_see_it_succeed(
+        browser, dashboard, start_supervisor, sql, tmp_path):
+    from selenium.common.exceptions import NoAlertPresentException
+    from selenium.webdriver.common.by import By
+
+    marker = tmp_path / "still-failing"
+    marker.touch()
+    start_supervisor("--app", "tests.apps.flaky", "--workers", "1")
+    job_id = sql.value(
+        "INSERT INTO job_queue (kind, queue, payload) VALUES"
+        " ('flaky', 'mail', json_build_object('marker', %s::text, 'note', %s::text))"
+        " RETURNING id", (str(marker), "<script>alert('payload')</script>"))
+    wait_until(lambda: sql.value("SELECT state FROM job_queue WHERE id = %s", (job_id,))
+               == "failed", 20, message="the flaky job to fail")
+
+    def text():
+        return browser.find_element(By.TAG_NAME, "main").text
+
+    # Logging in: the browser answers the server's basic-auth challenge
+    # with the credentials of the address.
+    browser.get(f"http://operator:{PASSWORD}@127.0.0.1:{dashboard}/")
+    assert browser.find_element(By.TAG_NAME, "h1").text == "Queues"
+    mail = browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="mail"]')
+    failed_link = mail.find_element(By.CSS_SELECTOR, "a.failed-count")
+    assert failed_link.text == "1"
+
+    failed_link.click()
+    assert browser.find_element(By.TAG_NAME, "h1").text == "Jobs"
+    row = browser.find_element(By.CSS_SELECTOR, f'tr[data-job="{job_id}"]')
+    assert row.find_element(By.CSS_SELECTOR, ".state").text == "failed"
+    assert "is still there" in row.find_element(By.CSS_SELECTOR, ".error-line").text
+
+    row.find_element(By.LINK_TEXT, str(job_id)).click()
+    assert browser.find_element(By.TAG_NAME, "h1").text == f"Job {job_id}: flaky"
+    assert "PermanentFailure" in browser.find_element(By.CSS_SELECTOR, ".last-error").text
+    # The payload's markup is shown as text, never run.
+    assert "<script>alert('payload')</script>" in browser.find_element(
+        By.CSS_SELECTOR, ".payload").text
+    with pytest.raises(NoAlertPresentException):
+        browser.switch_to.alert.text
+
+    marker.unlink()
+    browser.find_element(By.CSS_SELECTOR, 'button[name="retry"]').click()
+    assert "it is pending again with fresh attempts" in browser.find_element(
+        By.CSS_SELECTOR, ".flash.done").text
+
+    def state_shown():
+        browser.refresh()
+        return browser.find_element(By.CSS_SELECTOR, ".state-line .state").text == "succeeded"
+    wait_until(state_shown, 20, interval=0.2, message="the retried job to succeed")
+    assert sql.rows("SELECT state, attempts FROM job_queue WHERE id = %s",
+                    (job_id,)) == [("succeeded", 1)]
+    assert "succeeded" in text()
+
+    # Pausing the queue from its page, and resuming it.
+    browser.find_element(By.LINK_TEXT, "Queues").click()
+    browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="mail"] button').click()
+    assert "is paused" in browser.find_element(By.CSS_SELECTOR, ".flash.done").text
+    assert sql.value("SELECT count(*) FROM job_queue_paused WHERE queue = 'mail'") == 1
+    browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="mail"] button').click()
+    assert "running again" in browser.find_element(By.CSS_SELECTOR, ".flash.done").text
+    assert sql.value("SELECT count(*) FROM job_queue_paused") == 0
