@@ -75,6 +75,8 @@ def test_log_in_find_a_failed_job_retry_it_and_see_it_succeed(
         browser, dashboard, start_supervisor, sql, tmp_path):
     from selenium.common.exceptions import NoAlertPresentException
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.expected_conditions import staleness_of
+    from selenium.webdriver.support.ui import WebDriverWait
 
     marker = tmp_path / "still-failing"
     marker.touch()
@@ -89,6 +91,13 @@ def test_log_in_find_a_failed_job_retry_it_and_see_it_succeed(
     def text():
         return browser.find_element(By.TAG_NAME, "main").text
 
+    def follow(element):
+        """Click, and wait until the page it leads to has replaced this one
+        (a click returns before the browser has navigated)."""
+        page = browser.find_element(By.TAG_NAME, "html")
+        element.click()
+        WebDriverWait(browser, 10).until(staleness_of(page))
+
     # Logging in: the browser answers the server's basic-auth challenge
     # with the credentials of the address.
     browser.get(f"http://operator:{PASSWORD}@127.0.0.1:{dashboard}/")
@@ -97,13 +106,13 @@ def test_log_in_find_a_failed_job_retry_it_and_see_it_succeed(
     failed_link = mail.find_element(By.CSS_SELECTOR, "a.failed-count")
     assert failed_link.text == "1"
 
-    failed_link.click()
+    follow(failed_link)
     assert browser.find_element(By.TAG_NAME, "h1").text == "Jobs"
     row = browser.find_element(By.CSS_SELECTOR, f'tr[data-job="{job_id}"]')
     assert row.find_element(By.CSS_SELECTOR, ".state").text == "failed"
     assert "is still there" in row.find_element(By.CSS_SELECTOR, ".error-line").text
 
-    row.find_element(By.LINK_TEXT, str(job_id)).click()
+    follow(row.find_element(By.LINK_TEXT, str(job_id)))
     assert browser.find_element(By.TAG_NAME, "h1").text == f"Job {job_id}: flaky"
     assert "PermanentFailure" in browser.find_element(By.CSS_SELECTOR, ".last-error").text
     # The payload's markup is shown as text, never run.
@@ -113,7 +122,7 @@ def test_log_in_find_a_failed_job_retry_it_and_see_it_succeed(
         browser.switch_to.alert.text
 
     marker.unlink()
-    browser.find_element(By.CSS_SELECTOR, 'button[name="retry"]').click()
+    follow(browser.find_element(By.CSS_SELECTOR, 'button[name="retry"]'))
     assert "it is pending again with fresh attempts" in browser.find_element(
         By.CSS_SELECTOR, ".flash.done").text
 
@@ -126,10 +135,10 @@ def test_log_in_find_a_failed_job_retry_it_and_see_it_succeed(
     assert "succeeded" in text()
 
     # Pausing the queue from its page, and resuming it.
-    browser.find_element(By.LINK_TEXT, "Queues").click()
-    browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="mail"] button').click()
+    follow(browser.find_element(By.LINK_TEXT, "Queues"))
+    follow(browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="mail"] button'))
     assert "is paused" in browser.find_element(By.CSS_SELECTOR, ".flash.done").text
     assert sql.value("SELECT count(*) FROM job_queue_paused WHERE queue = 'mail'") == 1
-    browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="mail"] button').click()
+    follow(browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="mail"] button'))
     assert "running again" in browser.find_element(By.CSS_SELECTOR, ".flash.done").text
     assert sql.value("SELECT count(*) FROM job_queue_paused") == 0

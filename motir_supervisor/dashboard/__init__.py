@@ -171,23 +171,19 @@ def create_app(database_url: str, password: str) -> Flask:
                          " its next lease renewal.", "done", job_id)
         return _back(f"Job {job_id} was {state}; it is cancelled.", "done", job_id)
 
-    @app.post("/queues/pause")
-    def pause() -> Response:
+    def pause_or_resume(pausing: bool) -> Response:
         queue = request.form.get("queue", "")
         with lock:
-            changed = store.pause_queue(queue)
-        flash(f"Queue {queue!r} is paused." if changed else f"Queue {queue!r} was paused"
-              " already.", "done" if changed else "error")
+            changed = store.pause_queue(queue) if pausing else store.resume_queue(queue)
+        said = {(True, True): "is paused", (True, False): "was paused already",
+                (False, True): "is running again", (False, False): "was not paused"}
+        flash(f"Queue {queue!r} {said[pausing, changed]}.", "done" if changed else "error")
         return redirect(url_for("queues"), 303)
 
-    @app.post("/queues/resume")
-    def resume() -> Response:
-        queue = request.form.get("queue", "")
-        with lock:
-            changed = store.resume_queue(queue)
-        flash(f"Queue {queue!r} is running again." if changed else f"Queue {queue!r} was"
-              " not paused.", "done" if changed else "error")
-        return redirect(url_for("queues"), 303)
+    app.add_url_rule("/queues/pause", "pause", lambda: pause_or_resume(True),
+                     methods=["POST"])
+    app.add_url_rule("/queues/resume", "resume", lambda: pause_or_resume(False),
+                     methods=["POST"])
 
     return app
 
