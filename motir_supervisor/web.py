@@ -38,7 +38,8 @@ class QueueCollector:
             with self.lock:
                 report = self.store.queue_status()
         except psycopg2.Error as exc:
-            self.store.close()
+            with self.lock:
+                self.store.close()
             log.warning("metrics: database unreachable: %s", db.one_line(exc, self.store.dsn))
             up = GaugeMetricFamily("motir_queue_up", "1 when job_queue could be read")
             up.add_metric([], 0)
@@ -71,7 +72,8 @@ def health(store: db.JobStore, lock: threading.Lock) -> tuple[bool, str]:
             if not store.schema_is_current():
                 return False, "schema out of date: run motir-supervisor migrate"
     except psycopg2.Error as exc:
-        store.close()
+        with lock:
+            store.close()
         return False, f"database unreachable: {db.one_line(exc, store.dsn)}"
     return True, "ok"
 

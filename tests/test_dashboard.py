@@ -254,6 +254,30 @@ def test_a_minute_that_is_over_is_counted_once(database_url, sql):
         store.close()
 
 
+def test_a_minute_is_not_settled_while_a_transaction_begun_in_it_is_open(database_url, sql):
+    """A row stamped with the now() of a transaction still open becomes
+    visible later: the minute waits for it. The clock is moved two minutes
+    on, so that the current minute counts as over."""
+    store = DashboardStore(database_url)
+    ended = EndedPerMinute()
+    writer = psycopg2.connect(database_url)
+    try:
+        with writer.cursor() as cur:
+            cur.execute("INSERT INTO job_queue (kind, state, finished_at)"
+                        " VALUES ('noop', 'succeeded', now()) RETURNING now()")
+            stamped = cur.fetchone()[0]
+        minute = stamped.replace(second=0, microsecond=0)
+        later = stamped + datetime.timedelta(minutes=2)
+        assert ended.count(store, later)[minute] == {}
+        assert minute not in ended.settled
+        writer.commit()
+        assert ended.count(store, later)[minute] == {"default": (1, 0)}
+        assert ended.settled[minute] == {"default": (1, 0)}
+    finally:
+        writer.close()
+        store.close()
+
+
 def test_cancel_pending_and_running_jobs(client, sql):
     pending = insert(sql)
     running = insert(sql, state="running", locked_by="host:1:w1",
@@ -308,3 +332,54 @@ def test_a_read_that_takes_too_long_gives_up(database_url, monkeypatch):
     finally:
         blocker.close()
     assert client.get("/jobs", headers=credentials()).status_code == 200
+
+
+def test_every_response_forbids_framing_and_caching(client, sql):
+    for response in (client.get("/"), client.get("/", headers=credentials()),
+                     client.get(f"/jobs/{failed(sql)}", headers=credentials()),
+                     client.get("/jobs/987654", headers=credentials())):
+        assert response.headers["X-Frame-Options"] == "DENY"
+        assert "frame-ancestors 'none'" in response.headers["Content-Security-Policy"]
+        assert "script-src" not in response.headers["Content-Security-Policy"]  # none at all
+        assert response.headers["Cache-Control"] == "no-store"
+        assert response.headers["X-Content-Type-Options"] == "nosniff"
+
+
+def test_bad_input_is_a_clear_refusal_that_changes_nothing(client, sql, caplog):
+    token = csrf_token(page(client, f"/jobs/{failed(sql)}"))
+    for path in ("/jobs?before=99999999999999999999", "/jobs?before=-3", "/jobs?queue=a%00b",
+                 "/jobs?kind=%00"):
+        response = client.get(path, headers=credentials())
+        assert response.status_code == 400, path
+    assert client.get(f"/jobs/{2**63}", headers=credentials()).status_code == 404
+    assert post(client, f"/jobs/{2**63}/retry", token).status_code == 404
+    assert post(client, "/queues/pause", token).status_code == 400
+    assert post(client, "/queues/pause", token, queue="a\0b").status_code == 400
+    assert sql.value("SELECT count(*) FROM job_queue_paused") == 0
+    # A filter is taken as written: a queue named " mail" is not "mail".
+    insert(sql, queue="mail")
+    assert 'data-job' not in page(client, "/jobs?queue=%20mail")
+    # The connection survives a refused value: the next page needs no reconnect.
+    assert page(client, "/jobs?queue=mail").count("data-job") == 1
+    # Wrong passwords are logged with where they came from, never themselves.
+    with caplog.at_level("WARNING", logger="motir_supervisor.dashboard"):
+        client.get("/", headers=credentials("guess-1"))
+    assert any("wrong password" in r.getMessage() for r in caplog.records)
+    assert not any("guess-1" in r.getMessage() for r in caplog.records)
+
+
+def test_a_schedule_row_that_cannot_be_read_is_shown_as_invalid(client, sql):
+    sql.rows("INSERT INTO job_queue_schedules (kind, spec, last_instant) VALUES"
+             " ('huge', 'every 1000000000000s', now()), ('odd', 'every abcs', now())")
+    text = page(client, "/schedules")
+    assert text.count("invalid:") == 2
+
+
+def test_a_schema_never_migrated_says_to_migrate(pg):
+    url = pg.create_database("dashboard_unmigrated")
+    try:
+        response = Client(create_app(url, PASSWORD)).get("/", headers=credentials())
+        assert response.status_code == 503
+        assert "run motir-supervisor migrate" in response.get_data(as_text=True)
+    finally:
+        pg.drop_database("dashboard_unmigrated")

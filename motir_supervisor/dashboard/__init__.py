@@ -34,6 +34,30 @@ REALM = "motir-supervisor"
 #: kind almost no row has, on a huge table) gives up rather than hold the
 #: dashboard's one connection.
 STATEMENT_TIMEOUT = "10s"
+#: The largest id a job can have (bigint); a larger one in a URL is no job.
+MAX_ID = 2**63 - 1
+#: On every response, the login's included. The pages run no script and
+#: load only their stylesheet; no other site may frame them (a framed Retry
+#: button can be clicked through from a page of the same site, which
+#: SameSite does not stop); and a page of jobs is not kept in caches.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self' data:;"
+                               " form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+def session_key(password: str) -> bytes:
+    """The key that signs sessions and CSRF tokens: derived from the
+    password, so that every machine of the app group signs the same sessions
+    (a form served by one validates on the next) and a new password ends
+    them all; through scrypt, so that a cookie or token someone copies is no
+    fast test of password guesses (about 40 ms a guess, taken once here)."""
+    return hashlib.scrypt(password.encode(), salt=b"motir-supervisor dashboard session",
+                          n=2**14, r=8, p=1, dklen=32)
 
 
 def create_app(database_url: str, password: str) -> Flask:
@@ -41,11 +65,7 @@ def create_app(database_url: str, password: str) -> Flask:
         raise ValueError("the dashboard needs a password")
     app = Flask(__name__)
     app.config.update(
-        # Derived from the password, so that every machine of the app group
-        # signs the same sessions (a form served by one validates on the
-        # next), and changing the password ends every session.
-        SECRET_KEY=hmac.new(password.encode(), b"motir-supervisor dashboard session",
-                            hashlib.sha256).digest(),
+        SECRET_KEY=session_key(password),
         SESSION_COOKIE_NAME="motir_dashboard",
         SESSION_COOKIE_SAMESITE="Strict",
         # A token lives as long as the browser's session: a page left open
@@ -67,10 +87,20 @@ def create_app(database_url: str, password: str) -> Flask:
         given = (auth.password or "") if auth is not None and auth.type == "basic" else ""
         if hmac.compare_digest(given.encode(), expected):
             return None
+        if auth is not None:
+            # A browser's first request carries no credentials; one that
+            # does and fails is someone's wrong password, or a guess.
+            log.warning("dashboard: wrong password from %s for %s %s",
+                        request.remote_addr, request.method, request.path)
         return Response(render_template("login.html"), 401,
                         {"WWW-Authenticate": f'Basic realm="{REALM}", charset="UTF-8"'})
 
     CSRFProtect(app)
+
+    @app.after_request
+    def secure(response: Response) -> Response:
+        response.headers.update(SECURITY_HEADERS)
+        return response
 
     @app.errorhandler(CSRFError)
     def refused_post(error: CSRFError) -> tuple[str, int]:
@@ -80,10 +110,15 @@ def create_app(database_url: str, password: str) -> Flask:
 
     @app.errorhandler(psycopg2.Error)
     def database_error(exc: psycopg2.Error) -> tuple[str, int]:
-        with lock:
-            store.close()
+        if isinstance(exc, (psycopg2.OperationalError, psycopg2.InterfaceError)):
+            with lock:
+                store.close()  # the next request connects afresh
         why = f"{db.describe_dsn(database_url)}: {db.one_line(exc, database_url)}"
         log.warning("dashboard: database error: %s", why)
+        if isinstance(exc, (psycopg2.errors.UndefinedTable, psycopg2.errors.UndefinedColumn)):
+            return render_template("error.html", title="Schema out of date", message=(
+                "The database's schema is older than this dashboard: run"
+                " motir-supervisor migrate.")), 503
         if isinstance(exc, psycopg2.errors.QueryCanceled):
             return render_template("error.html", title="Too slow", message=(
                 f"The database took longer than {STATEMENT_TIMEOUT} to answer;"
@@ -107,17 +142,19 @@ def create_app(database_url: str, password: str) -> Flask:
 
     @app.get("/jobs")
     def jobs() -> str:
-        filters = {name: request.args.get(name, "").strip() or None
+        filters = {name: _text(request.args.get(name)) or None
                    for name in ("queue", "kind", "state")}
         if filters["state"] is not None and filters["state"] not in STATES:
             abort(400, f"state must be one of {', '.join(STATES)}")
         before = request.args.get("before", type=int)
+        if before is not None and not 0 < before <= MAX_ID:
+            abort(400, "before must be a job id")
         with lock:
             rows, older = store.jobs(before=before, **filters)
         return render_template("jobs.html", jobs=rows, older=older, before=before,
                                filters=filters, states=STATES)
 
-    @app.get("/jobs/<int:job_id>")
+    @app.get(f"/jobs/<int(max={MAX_ID}):job_id>")
     def job(job_id: int) -> str:
         with lock:
             row = store.job(job_id)
@@ -137,7 +174,7 @@ def create_app(database_url: str, password: str) -> Flask:
             rows = store.schedule_rows()
         return render_template("schedules.html", schedules=rows)
 
-    @app.post("/jobs/<int:job_id>/retry")
+    @app.post(f"/jobs/<int(max={MAX_ID}):job_id>/retry")
     def retry(job_id: int) -> Response:
         try:
             with lock:
@@ -157,7 +194,7 @@ def create_app(database_url: str, password: str) -> Flask:
         return _back(f"Job {job_id} was {state}; it is pending again with fresh attempts.",
                      "done", job_id)
 
-    @app.post("/jobs/<int:job_id>/cancel")
+    @app.post(f"/jobs/<int(max={MAX_ID}):job_id>/cancel")
     def cancel(job_id: int) -> Response:
         with lock:
             result = store.cancel_job(job_id)
@@ -172,9 +209,13 @@ def create_app(database_url: str, password: str) -> Flask:
         return _back(f"Job {job_id} was {state}; it is cancelled.", "done", job_id)
 
     def pause_or_resume(pausing: bool) -> Response:
-        queue = request.form.get("queue", "")
+        queue = _text(request.form.get("queue"))
+        if not queue:
+            abort(400, "which queue?")
         with lock:
             changed = store.pause_queue(queue) if pausing else store.resume_queue(queue)
+        log.info("dashboard: queue %r %s from %s", queue,
+                 "paused" if pausing else "resumed", request.remote_addr)
         said = {(True, True): "is paused", (True, False): "was paused already",
                 (False, True): "is running again", (False, False): "was not paused"}
         flash(f"Queue {queue!r} {said[pausing, changed]}.", "done" if changed else "error")
@@ -188,8 +229,17 @@ def create_app(database_url: str, password: str) -> Flask:
     return app
 
 
+def _text(value: str | None) -> str:
+    """A form's or filter's text as given; NUL, which no text column can
+    hold, is a bad request rather than a failed statement."""
+    if value and "\0" in value:
+        abort(400, "text with a NUL character")
+    return value or ""
+
+
 def _back(message: str, category: str, job_id: int) -> Response:
     """After an action on a job: its page, with what happened."""
+    log.info("dashboard: job %d: %s (from %s)", job_id, message, request.remote_addr)
     flash(message, category)
     return redirect(url_for("job", job_id=job_id), 303)
 

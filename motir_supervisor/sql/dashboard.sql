@@ -61,6 +61,16 @@ FROM (
 ) AS ended
 GROUP BY queue, minute;
 
+-- dashboard_oldest_transaction --
+-- When the oldest transaction of another client of this database began,
+-- if one is open: what it stamps with its now() is not visible before it
+-- commits, so no minute since then is settled (dashboard.reads). Only the
+-- sessions this role may see have a start here.
+SELECT min(xact_start)
+FROM pg_stat_activity
+WHERE datname = current_database() AND backend_type = 'client backend'
+  AND pid <> pg_backend_pid();
+
 -- dashboard_jobs --
 -- One page of jobs, newest first, after the id %(before)s (keyset paging:
 -- a page deep in a million rows costs what the first one does, where an
