@@ -17,7 +17,6 @@ import shutil
 import select
 import signal
 import socket
-import sys
 import tempfile
 import time
 from typing import Callable
@@ -26,6 +25,7 @@ import setproctitle
 
 from . import db, ledger, metrics
 from .config import Config
+from .forking import describe_exit, fork_child, send_signal
 from .ledger import Ledger
 from .logs import flush_logs
 from .reaper import Reaper
@@ -72,23 +72,6 @@ class Child:
         return self.retiring or self.ledger.retiring
 
 
-def describe_exit(status: int) -> tuple[int, str]:
-    """(exit code, words) from a waitpid status; a signal gives a negative code."""
-    code = os.waitstatus_to_exitcode(status)
-    if code >= 0:
-        return code, f"exited with code {code}"
-    try:
-        name = signal.Signals(-code).name
-    except ValueError:  # a real-time signal has no name
-        name = f"signal {-code}"
-    words = f"was killed by {name}"
-    if -code == signal.SIGKILL:
-        words += " (perhaps out of memory?)"
-    elif -code == signal.SIGALRM:
-        words += " (its lease was about to run out without a renewal)"
-    return code, words
-
-
 class Supervisor:
     def __init__(self, config: Config):
         self.config = config
@@ -129,7 +112,7 @@ class Supervisor:
             return self._supervise()
         finally:
             if self.metrics_pid:
-                self._kill(self.metrics_pid, signal.SIGTERM)
+                send_signal(self.metrics_pid, signal.SIGTERM)
             if self.metrics_dir:
                 shutil.rmtree(self.metrics_dir, ignore_errors=True)
 
@@ -242,22 +225,15 @@ class Supervisor:
     def signal_workers(self, signum: int) -> None:
         for child in self.children.values():
             child.retiring = True
-            self._kill(child.pid, signum)
+            send_signal(child.pid, signum)
 
     def kill_workers(self, signum: int) -> None:
         for child in self.children.values():
             log.warning("worker %d (pid %d) did not exit in time; killing it", child.index,
                         child.pid)
             child.retiring = True
-            self._kill(child.pid, signum)
+            send_signal(child.pid, signum)
         self.stop_deadline = float("inf")  # the kills are reaped on SIGCHLD
-
-    @staticmethod
-    def _kill(pid: int, signum: int) -> None:
-        try:
-            os.kill(pid, signum)
-        except ProcessLookupError:
-            pass
 
     # -- workers --------------------------------------------------------------
 
@@ -270,7 +246,7 @@ class Supervisor:
         for child in active[self.target_workers:]:
             log.info("retiring worker %d (pid %d)", child.index, child.pid)
             child.retiring = True
-            self._kill(child.pid, signal.SIGTERM)
+            send_signal(child.pid, signal.SIGTERM)
 
     def manage_metrics_server(self) -> None:
         if self.metrics_dir is None or self.metrics_pid is not None:
@@ -325,37 +301,10 @@ class Supervisor:
         log.info("worker %d started (pid %d)", index, pid)
 
     def _fork(self, body: Callable[[], int], keep_fd: int = -1) -> int:
-        """Fork; the child runs ``body`` and exits with its code, never returning here.
-
-        The handled signals are blocked across the fork, so one that lands
-        before the child has installed its own handlers waits for them
-        instead of running the parent's handler in the child.
-        """
+        """Fork a child that runs ``body``; see forking.fork_child."""
         self.store.close()  # no database connection crosses a fork
-        flush_logs()  # nor buffered log lines, which the child would write again
-        signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
-        try:
-            pid = os.fork()
-        except OSError:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED_SIGNALS)
-            raise
-        if pid:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED_SIGNALS)
-            return pid
-        code = 70  # EX_SOFTWARE: the child itself broke
-        try:
-            signal.set_wakeup_fd(-1)
-            for fd in (self._wake_r, self._wake_w, *(c.ready_fd for c in self.children.values())):
-                if fd != keep_fd:
-                    os.close(fd)
-            code = body()
-        except BaseException:  # noqa: BLE001 - whatever it was, this process ends here
-            log.exception("process %d crashed", os.getpid())
-        finally:
-            flush_logs()
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
+        inherited = (self._wake_r, self._wake_w, *(c.ready_fd for c in self.children.values()))
+        return fork_child(body, HANDLED_SIGNALS, [fd for fd in inherited if fd != keep_fd])
 
     def reap_workers(self) -> None:
         while True:
