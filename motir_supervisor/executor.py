@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import dataclasses
 import heapq
 import logging
 import os
@@ -28,7 +27,8 @@ from typing import Any, Callable
 
 import setproctitle
 
-from . import db, ledger, outcomes, registry
+from . import ledger, outcomes, registry
+from .runs import Run
 
 #: Runs shorter than this on average (no-ops, cache writes) mostly hold the
 #: interpreter lock: a second thread would only contend for it, so the
@@ -39,76 +39,6 @@ SHORT_RUN_SECONDS = 0.001
 HOLD_BACK_SECONDS = 0.001
 
 log = logging.getLogger("motir_supervisor.worker")
-
-
-class StopFlag:
-    """What ``j.stopping`` reads: a plain flag, cheaper than an Event per job
-    (nothing ever waits on it, and a bool is set atomically)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self) -> None:
-        self.value = False
-
-    def set(self) -> None:
-        self.value = True
-
-    def is_set(self) -> bool:
-        return self.value
-
-
-@dataclasses.dataclass(slots=True, eq=False)
-class Claim:
-    """The jobs one claim statement returned: the unit the batch size adapts on."""
-
-    sent_at: float
-    #: The batch size it was sent with, and how many rows it asked for (more
-    #: than the batch size when free slots asked for more).
-    size: int
-    limit: int
-    runs: list["Run"] = dataclasses.field(default_factory=list)
-    #: Runs neither ended nor withdrawn yet.
-    open: int = 0
-    #: Looked at once it was SLOW_BATCH_SECONDS old (see holdings).
-    checked: bool = False
-    #: A claim of limited kinds: sized by free slots, so the batch size
-    #: learns nothing from it.
-    limited: bool = False
-
-
-@dataclasses.dataclass(slots=True, eq=False)
-class Run:
-    """One claimed job, from its claim until its outcome is in the database."""
-
-    claimed: db.ClaimedJob
-    claim: Claim
-    #: Its entry in the ledger.
-    entry: int
-    registration: registry.Registration | None
-    stopping: StopFlag = dataclasses.field(default_factory=StopFlag)
-    #: When it was handed to the executor.
-    submitted: float = 0.0
-    started: float | None = None
-    #: Taken back before it started (a stop, a cancel, a slow claim).
-    withdrawn: bool = False
-    ended: bool = False
-    duration: float = 0.0
-    decision: outcomes.Decision | None = None
-    #: A sync handler ran past its kind's timeout and is left behind.
-    timed_out: bool = False
-    #: Its outcome (or release) is in the database: the claim is no longer held.
-    written: bool = False
-
-    @property
-    def is_async(self) -> bool:
-        return self.registration is not None and self.registration.is_async
-
-    @property
-    def timeout_at(self) -> float:
-        if self.started is None or self.registration is None or self.ended:
-            return float("inf")
-        timeout = self.registration.timeout
-        return float("inf") if timeout is None else self.started + timeout
 
 
 class _Thread:

@@ -18,7 +18,8 @@ import psycopg2
 
 from . import db, ledger, metrics, outcomes, registry
 from .config import Config
-from .executor import Claim, Executor, Run
+from .executor import Executor
+from .runs import Claim, Run
 
 log = logging.getLogger("motir_supervisor.worker")
 

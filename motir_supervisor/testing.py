@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 from . import db, ledger, outcomes, registry
 from .config import Config
-from .executor import StopFlag
+from .runs import StopFlag
 
 #: The claimant name drain's claims carry, as `status` shows them.
 CLAIMANT = f"motir-testing:{os.getpid()}"

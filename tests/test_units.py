@@ -235,7 +235,8 @@ def test_snooze_takes_a_sane_number_of_seconds(seconds):
 
 
 def test_an_urgent_run_starts_before_the_ready_runs_of_a_batch_claimed_earlier():
-    from motir_supervisor.executor import Claim, Executor, Run
+    from motir_supervisor.executor import Executor
+    from motir_supervisor.runs import Claim, Run
 
     release, order = threading.Event(), []
 

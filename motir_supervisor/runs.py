@@ -1,0 +1,84 @@
+"""What a worker holds of each job it claimed: the claim the job came in
+(the unit batch sizes adapt on) and the run, from the claim until its
+outcome is in the database, with the flag its handler reads as
+``j.stopping``.
+
+Plain values: :mod:`holdings` creates and settles them, :mod:`executor`
+starts and ends them; nothing here runs SQL or a handler.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from . import db, outcomes, registry
+
+
+class StopFlag:
+    """What ``j.stopping`` reads: a plain flag, cheaper than an Event per job
+    (nothing ever waits on it, and a bool is set atomically)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = False
+
+    def set(self) -> None:
+        self.value = True
+
+    def is_set(self) -> bool:
+        return self.value
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class Claim:
+    """The jobs one claim statement returned: the unit the batch size adapts on."""
+
+    sent_at: float
+    #: The batch size it was sent with, and how many rows it asked for (more
+    #: than the batch size when free slots asked for more).
+    size: int
+    limit: int
+    runs: list["Run"] = dataclasses.field(default_factory=list)
+    #: Runs neither ended nor withdrawn yet.
+    open: int = 0
+    #: Looked at once it was SLOW_BATCH_SECONDS old (see holdings).
+    checked: bool = False
+    #: A claim of limited kinds: sized by free slots, so the batch size
+    #: learns nothing from it.
+    limited: bool = False
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class Run:
+    """One claimed job, from its claim until its outcome is in the database."""
+
+    claimed: db.ClaimedJob
+    claim: Claim
+    #: Its entry in the ledger.
+    entry: int
+    registration: registry.Registration | None
+    stopping: StopFlag = dataclasses.field(default_factory=StopFlag)
+    #: When it was handed to the executor.
+    submitted: float = 0.0
+    started: float | None = None
+    #: Taken back before it started (a stop, a cancel, a slow claim).
+    withdrawn: bool = False
+    ended: bool = False
+    duration: float = 0.0
+    decision: outcomes.Decision | None = None
+    #: A sync handler ran past its kind's timeout and is left behind.
+    timed_out: bool = False
+    #: Its outcome (or release) is in the database: the claim is no longer held.
+    written: bool = False
+
+    @property
+    def is_async(self) -> bool:
+        return self.registration is not None and self.registration.is_async
+
+    @property
+    def timeout_at(self) -> float:
+        if self.started is None or self.registration is None or self.ended:
+            return float("inf")
+        timeout = self.registration.timeout
+        return float("inf") if timeout is None else self.started + timeout
