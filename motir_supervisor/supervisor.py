@@ -31,8 +31,9 @@ from .logs import flush_logs
 from .reaper import Reaper
 from .settling import Settler
 from .wakeups import Kicks, Token
-from .worker import (EXIT_BOOT_FAILURE, EXIT_RECYCLED, EXIT_TIMEOUT, HANDLED_SIGNALS, Worker,
-                     set_parent_death_signal)
+from .exits import (EXIT_BOOT_FAILURE, EXIT_RECYCLED, EXIT_TIMEOUT, HANDLED_SIGNALS,
+                    set_parent_death_signal)
+from .worker import Worker
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""One worker process: its lifecycle, its signals and its loop.
+"""One worker process: its lifecycle, its signals and its loop (how it
+waits is :mod:`waiting`'s; how it ends, :mod:`exits`).
 
 The supervisor forks the process and calls :meth:`Worker.run` in the child;
 this module does no forking and holds no SQL. The main thread owns the
@@ -13,11 +14,9 @@ once the process is gone, so a job can never run here and elsewhere at once.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import random
-import select
 import signal
 import threading
 import time
@@ -28,60 +27,27 @@ import psycopg2
 from . import db, metrics, registry
 from .config import Config
 from .executor import Executor, WorkerTitle
+from .exits import (EXIT_BOOT_FAILURE, EXIT_OK, EXIT_RECYCLED, EXIT_TIMEOUT, HANDLED_SIGNALS,
+                    ExitNow, set_parent_death_signal)
 from .holdings import Holdings
 from .ledger import Ledger
+from .limits import LimitsSync
 from .logs import flush_logs
 from .recycling import Recycling
 from .schedules import Schedule, Scheduler
 from .wakeups import Kicks, Token
+from .waiting import Waiting
 
 log = logging.getLogger(__name__)
-
-#: Exit codes a worker uses to tell its supervisor how it ended. Whatever the
-#: code, the supervisor settles what the worker's ledger still holds.
-EXIT_OK = 0
-#: Configuration error (an --app module that does not import): do not restart.
-#: Trusted only from a worker that never reported itself booted.
-EXIT_BOOT_FAILURE = 4
-#: A handler ran past its timeout; the worker left it behind and asks to be replaced.
-EXIT_TIMEOUT = 5
-#: The worker reached --max-jobs-per-worker or --max-worker-memory, ran all it
-#: held and asks to be replaced: no crash. Trusted only with the ledger's word.
-EXIT_RECYCLED = 6
 
 #: Reconnecting after an outage backs off from the first to the last of these.
 RECONNECT_BACKOFF = (0.1, 5.0)
 #: While any kind is limited, a worker with room tries the limited claim at
 #: least this often, whatever it heard.
 LIMITED_CLAIM_BACKSTOP_SECONDS = 1.0
-#: Without LISTEN (--no-listen), empty polls back off from this to --poll-seconds.
-FIRST_POLL_SECONDS = 0.05
-
-_PR_SET_PDEATHSIG = 1
-
-#: The signals a worker handles; the supervisor forks with them blocked.
-HANDLED_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGCHLD,
-                   signal.SIGTTIN, signal.SIGTTOU}
 
 
-def set_parent_death_signal(signum: int) -> None:
-    """Ask Linux to send ``signum`` when the parent dies (no-op elsewhere)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-
-
-class ExitNow(Exception):
-    """End this process now with ``code``; the supervisor settles what is held."""
-
-    def __init__(self, code: int):
-        super().__init__(code)
-        self.code = code
-
-
-class Worker:
+class Worker(Waiting):
     def __init__(self, config: Config, index: int, claimant: str, parent_pid: int,
                  ready_fd: int = -1, ledger: Ledger | None = None,
                  token: Token | None = None, kicks: Kicks | None = None,
@@ -136,11 +102,7 @@ class Worker:
         #: A limited kind's slot that frees notifies (migrations/0004).
         self.limits_exist = False
         self.limited_may_have_work = True
-        #: Whether this worker's registry was written to job_queue_limits,
-        #: and when to try again after a failure.
-        self._limits_synced = False
-        self._next_limits_sync = 0.0
-        self._limits_backoff = 0.0
+        self.limits_sync = LimitsSync(self.store, index)
         self._next_limited_claim = 0.0
         #: When an idle worker looks again without being woken.
         self._idle_until = 0.0
@@ -399,29 +361,8 @@ class Worker:
         self.limited_may_have_work = True
 
     def _sync_limits(self) -> None:
-        """Write the registry's max_running to job_queue_limits, once, where
-        every worker of the fleet reads it (see db.JobStore.sync_limits)."""
-        if self._limits_synced or time.monotonic() < self._next_limits_sync:
-            return
-        try:
-            changes = self.store.sync_limits(registry.limits())
-        except psycopg2.errors.LockNotAvailable:
-            # A transaction keeps job_queue locked; claims go on meanwhile,
-            # and the tries back off so as not to hold them up again and again.
-            self._limits_backoff = min(max(self._limits_backoff * 2, 5.0), 60.0)
-            wait = self._limits_backoff * random.uniform(0.5, 1.0)
-            self._next_limits_sync = time.monotonic() + wait
-            log.warning("worker %d: could not apply the registry's limits yet (a transaction"
-                        " keeps job_queue locked); trying again in %.0fs", self.index, wait)
-            changes = None
-        else:
-            if changes is None:  # another worker is at it
-                self._next_limits_sync = time.monotonic() + random.uniform(0.5, 1.5)
-            else:
-                for change in changes:
-                    log.info("worker %d: limit of %s", self.index, change)
-                self._limits_synced = True
-        self.limits_exist = bool(self.store.limits())
+        if (limits_exist := self.limits_sync.run()) is not None:
+            self.limits_exist = limits_exist
 
     def _database_failed(self, exc: BaseException) -> None:
         self.store.close()
@@ -433,118 +374,3 @@ class Worker:
                     db.one_line(exc, self.config.database_url), wait)
         if not self.executor.busy:
             self.title("waiting for the database")
-
-    # -- waiting --------------------------------------------------------------
-
-    def _go_idle(self) -> None:
-        """After an empty claim: when to look again without being woken."""
-        if not self.executor.busy:
-            self.title("idle")
-        if self.token is not None:
-            self._take_listener_token()
-        self._sync_limits()
-        now = time.monotonic()
-        if self.token is None:
-            # Polling only: back off while the queue stays empty.
-            self._poll_backoff = min(max(self._poll_backoff * 2, FIRST_POLL_SECONDS),
-                                     self.config.poll_seconds)
-            wait = self._poll_backoff
-        else:
-            wait = self.config.poll_seconds
-        # Every idle worker watches the clock for delayed jobs: no NOTIFY
-        # comes when a run_at passes, and the listener may be full by then.
-        until_due, self.limits_exist = self.store.seconds_until_next_due(self.holdings.queues)
-        if until_due is not None:
-            wait = min(wait, max(until_due, 0.0))
-        self._idle_until = now + wait
-
-    def _take_scheduler_token(self) -> bool:
-        """Whether this worker runs the scheduler: the token's holder, once
-        it is free (its holder died), taken by the next worker that looks."""
-        if not self._schedules or self.scheduler_token is None or self.stop_requested:
-            return False
-        if self.scheduler is None:
-            # A syscall, so at most once a second (the loop's longest sleep).
-            now = time.monotonic()
-            if now < self._next_token_try:
-                return False
-            self._next_token_try = now + 1.0
-            if not self.scheduler_token.try_take():
-                return False
-            self.scheduler = Scheduler(self.store, self._schedules)
-            log.debug("worker %d runs the scheduler", self.index)
-        return True
-
-    def _take_listener_token(self) -> None:
-        if not self.token.held and self.token.try_take():
-            self.store.start_listening()
-            log.debug("worker %d is the listener now", self.index)
-
-    def _wait(self) -> None:
-        """Sleep until a signal, a handler's news, a wake-up or the next timer."""
-        now = time.monotonic()
-        timers = [self.holdings.next_timer(), self.executor.next_nudge(), now + 1.0]
-        if self.scheduler is not None and not self.stop_requested:
-            # Not before the database may be tried again: no spinning meanwhile.
-            timers.append(max(self.scheduler.next_pass, self._database_retry_at))
-        if self.stop_requested:
-            timers.append(self.drain_deadline)
-        if now < self._database_retry_at:
-            timers.append(self._database_retry_at)
-        elif self.holdings.has_unwritten():
-            timers.append(now + 0.05)
-        watch = [self._wake_r]
-        room = not self.stop_requested and self.holdings.room() > 0
-        # Wake-ups go to workers with a free slot, not to one with room only
-        # for its reserve: that one would take a job another could start.
-        free = room and self.executor.free_slots() > 0
-        if room and not self.may_have_work:
-            timers.append(self._idle_until)
-            if self.kicks is not None and free:
-                watch.append(self.kicks.fileno())
-        if self.store.listen and self.store.connected and self._heard_wanted_notification():
-            return
-        # Reading may have found the connection broken and closed it.
-        listening = self.store.listen and self.store.connected
-        if listening:
-            watch.append(self.store.fileno())
-        if room and self.may_have_work and now >= self._database_retry_at:
-            return  # claim again right away
-        timeout = max(min(timers) - now, 0.0)
-        ready, _, _ = select.select(watch, [], [], timeout)
-        if self._wake_r in ready:
-            self._drain_wake_pipe()
-        if listening and self.store.fileno() in ready:
-            self._heard_wanted_notification()
-        if self.kicks is not None and self.kicks.fileno() in ready and free:
-            if self.kicks.take():
-                self._expect_work()
-                self._take_listener_token()
-        if room and not self.may_have_work and time.monotonic() >= self._idle_until:
-            self._expect_work()  # the poll backstop, or a delayed job fell due
-
-    def _heard_wanted_notification(self) -> bool:
-        try:
-            queues = self.store.take_notifications()
-        except psycopg2.Error:
-            self.store.close()
-            return False
-        if not queues or (self.holdings.queues is not None and db.ANY_QUEUE not in queues
-                          and not any(q in self.holdings.queues for q in queues)):
-            return False
-        # Even when busy: the next free slot here tries the limited claim,
-        # since kicks reach only idle workers and a busy fleet has none.
-        self.limited_may_have_work = True
-        if self.stop_requested or self.executor.free_slots() <= 0:
-            if self.kicks is not None:
-                self.kicks.kick()  # busy here: somebody else should look
-            return False
-        self._expect_work()
-        return True
-
-    def _drain_wake_pipe(self) -> None:
-        try:
-            while os.read(self._wake_r, 512):
-                pass
-        except BlockingIOError:
-            pass

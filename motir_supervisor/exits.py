@@ -1,0 +1,47 @@
+"""How a worker process ends and what its supervisor reads of it: the exit
+codes, the signals a worker handles (the supervisor forks with them
+blocked), the signal a child gets when its parent dies, and the exception
+that ends a worker at once.
+
+Whatever the code, the supervisor settles what the worker's ledger still
+holds: a code is only a hint (a handler can end its process with any).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import signal
+
+#: The exit codes a worker uses to tell its supervisor how it ended.
+EXIT_OK = 0
+#: Configuration error (an --app module that does not import): do not restart.
+#: Trusted only from a worker that never reported itself booted.
+EXIT_BOOT_FAILURE = 4
+#: A handler ran past its timeout; the worker left it behind and asks to be replaced.
+EXIT_TIMEOUT = 5
+#: The worker reached --max-jobs-per-worker or --max-worker-memory, ran all it
+#: held and asks to be replaced: no crash. Trusted only with the ledger's word.
+EXIT_RECYCLED = 6
+
+_PR_SET_PDEATHSIG = 1
+
+#: The signals a worker handles; the supervisor forks with them blocked.
+HANDLED_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGCHLD,
+                   signal.SIGTTIN, signal.SIGTTOU}
+
+
+def set_parent_death_signal(signum: int) -> None:
+    """Ask Linux to send ``signum`` when the parent dies (no-op elsewhere)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+class ExitNow(Exception):
+    """End this process now with ``code``; the supervisor settles what is held."""
+
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code

@@ -1,0 +1,56 @@
+"""Writing a worker's registry limits (``@job(max_running=N)``) to
+job_queue_limits, where every worker of the fleet reads them: once per
+worker, backing off while a transaction keeps job_queue locked, and not at
+all while another worker is at it (see db.JobStore.sync_limits).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+
+import psycopg2.errors
+
+from . import db, registry
+
+log = logging.getLogger("motir_supervisor.worker")
+
+#: A locked job_queue is tried again after a jittered wait that doubles
+#: from the first to the last of these.
+LOCKED_BACKOFF_SECONDS = (5.0, 60.0)
+
+
+class LimitsSync:
+    def __init__(self, store: db.JobStore, index: int):
+        self.store = store
+        self.index = index
+        #: Whether this worker's registry was written, and when to try again.
+        self.synced = False
+        self._next_try = 0.0
+        self._backoff = 0.0
+
+    def run(self) -> bool | None:
+        """Write the limits if not done yet and due; then whether any kind
+        is limited, fleet-wide. None when it was not time to look."""
+        if self.synced or time.monotonic() < self._next_try:
+            return None
+        try:
+            changes = self.store.sync_limits(registry.limits())
+        except psycopg2.errors.LockNotAvailable:
+            # A transaction keeps job_queue locked; claims go on meanwhile,
+            # and the tries back off so as not to hold them up again and again.
+            low, high = LOCKED_BACKOFF_SECONDS
+            self._backoff = min(max(self._backoff * 2, low), high)
+            wait = self._backoff * random.uniform(0.5, 1.0)
+            self._next_try = time.monotonic() + wait
+            log.warning("worker %d: could not apply the registry's limits yet (a transaction"
+                        " keeps job_queue locked); trying again in %.0fs", self.index, wait)
+        else:
+            if changes is None:  # another worker is at it
+                self._next_try = time.monotonic() + random.uniform(0.5, 1.5)
+            else:
+                for change in changes:
+                    log.info("worker %d: limit of %s", self.index, change)
+                self.synced = True
+        return bool(self.store.limits())
