@@ -11,7 +11,11 @@ import signal
 import psycopg2
 import pytest
 
-from motir_supervisor import db
+from motir_supervisor import db, holdings, registry
+from motir_supervisor.config import Config
+from motir_supervisor.executor import Executor
+from motir_supervisor.holdings import Holdings
+from motir_supervisor.ledger import Ledger
 from motir_supervisor.schedules import Schedule, Scheduler, instant_text
 from tests.helpers import wait_until
 from tests.test_operations import cli
@@ -51,6 +55,54 @@ def test_a_higher_priority_job_is_the_first_entry_behind_a_deep_backlog(sql, sto
     assert pages < 100, plan
     assert sql.value("SELECT state FROM job_queue WHERE id = %s", (urgent,)) == "running"
     assert sql.value("SELECT count(*) FROM job_queue WHERE state = 'running'") == 1
+
+
+@registry.job("model_quick")
+def _quick(j):
+    return None
+
+
+@pytest.mark.parametrize("urgent", [True, False])
+def test_a_job_claimed_ahead_of_a_backlog_keeps_the_next_claims_short(database_url, sql,
+                                                                      urgent):
+    # A worker's own claims, as its main thread makes them. One slot: a claim
+    # for it takes a whole batch (--batch-size 512).
+    config = Config(database_url=database_url, concurrency=1, batch_size=512)
+    entries = Ledger(config.ledger_entries)
+    executor = Executor(1, entries, retry_base=1, retry_cap=1, wake=lambda: None,
+                        save_checkpoint=lambda *a: True, title=lambda text: None)
+    store = db.JobStore(database_url)
+    held = Holdings(config, "model:1", 1, store, executor, entries)
+    held.batch_size = 512
+
+    def claim_and_run() -> int:
+        count, _ = held.claim(1)
+        wait_until(lambda: all(run.ended for run in held.held.values()), 10)
+        return count
+
+    try:
+        sql.rows("INSERT INTO job_queue (kind, priority) SELECT 'model_quick', 10"
+                 " FROM generate_series(1, 3000)")
+        assert claim_and_run() == 512
+        held.write_finished(now_or_never=True)
+        if urgent:
+            sql.rows("INSERT INTO job_queue (kind, priority) VALUES ('model_quick', -1)")
+        assert claim_and_run() == 512
+        first = min(held.held.values(), key=lambda run: run.started).claimed.priority
+        assert first == (-1 if urgent else 10)
+        held.write_finished(now_or_never=True)
+        # After a job that came ahead of the backlog, more may follow: short
+        # claims. Otherwise whole batches, as before.
+        size = holdings.URGENT_CLAIM_ROWS if urgent else 512
+        assert claim_and_run() == size
+        assert claim_and_run() == size
+        held.write_finished(now_or_never=True)
+        assert sql.value("SELECT count(*) FROM job_queue WHERE state = 'succeeded'") == (
+            1024 + 2 * size)
+        assert sql.value("SELECT count(*) FROM job_queue WHERE state = 'running'") == 0
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)  # the lease alarm its claims armed
+        store.close()
 
 
 def test_enqueue_takes_a_priority(database_url, sql):
