@@ -167,6 +167,24 @@ def test_batches_grow_with_the_room_left_and_shrink_after_a_slow_one():
     assert nbs(4, 32, 20, 0.01, 512) == 1  # short of the slots: dry too
 
 
+def test_the_reserve_covers_the_round_trips_of_runs_that_end_often():
+    rs = holdings.reserve_size
+    # No-ops: what 10 ms of starts need, up to the claims' size.
+    assert rs(8, 0.00002, 512, 0.0, 0.004) == 512
+    assert rs(8, 0.00002, 1, 0.0, 0.004) == 1  # after the queue ran dry
+    # 32 slots of 100 ms jobs ending 320 times a second, round trips of
+    # 5 ms: the next 10 ms of endings, whatever the claims' size.
+    assert rs(32, 0.1, 1, 320.0, 0.005) == 3
+    assert rs(32, 0.1, 1, 320.0, 0.03) == 19
+    # Slots that have just filled: nothing ended lately, so only the
+    # claims' size of one, as for jobs that take no time.
+    assert rs(32, 0.1, 1, 0.0, 0.03) == 1
+    # Never more than the slots.
+    assert rs(8, 0.1, 1, 5000.0, 0.05) == 8
+    # Long jobs: none.
+    assert rs(8, 30.0, 1, 0.2, 0.005) == 0
+
+
 # -- the ledger ------------------------------------------------------------------
 
 def test_the_ledger_hands_the_supervisor_every_field_a_forked_worker_wrote():
