@@ -1,4 +1,5 @@
-"""What one worker holds: its claims, their leases and their outcomes.
+"""What one worker holds: its claims and their leases (how much it claims is
+:mod:`sizing`'s; writing what the runs ended with, :mod:`writing`'s).
 
 The worker's main thread calls these verbs; each database round trip goes
 through :mod:`db`, and each job's state is mirrored in the worker's ledger
@@ -15,108 +16,24 @@ import sys
 import time
 from typing import Callable
 
-import psycopg2
-
-from . import db, ledger, metrics, outcomes, registry
+from . import db, ledger, metrics, registry
 from .config import Config
 from .executor import Executor
 from .runs import Claim, Run
+from .sizing import (ROUND_TRIP_WEIGHT, SLOW_BATCH_SECONDS, TURNOVER_WINDOW_SECONDS,
+                     URGENT_CLAIM_ROWS, URGENT_WATCH_SECONDS, next_batch_size, reserve_size)
+from .writing import WRITE_EVERY_SECONDS, OutcomeWriting
 
 log = logging.getLogger("motir_supervisor.worker")
 
-#: A worker claims what it can start now (its free slots) or, when jobs
-#: take no time, what it can run in about FAST_BATCH_SECONDS: a full claim
-#: whose jobs all ended sooner grows the next one in proportion, by at most
-#: BATCH_GROWTH_MAX times (1, 8, 64, 512 for jobs that take no time). A
-#: claim that came back short or empty (the queue ran dry) sets the next one
-#: to a single job. Jobs of a claim still not started after
-#: SLOW_BATCH_SECONDS go back to the other workers and the next claim is a
-#: single job again, so that jobs never queue for long inside one worker
-#: while others could run them.
-FAST_BATCH_SECONDS = 0.1
-SLOW_BATCH_SECONDS = 0.5
-BATCH_GROWTH_MAX = 8
-#: A worker keeps claimed beside its running jobs as many as it expects to
-#: start within this long: a slot whose run ends then takes the next job at
-#: once instead of waiting a claim's round trip. None is kept for long jobs,
-#: so a job waits about this long at most while another worker may be free.
-RESERVE_SECONDS = 0.01
-#: ...or within this many of the worker's round trips to the database, when
-#: its runs end often enough to make room in that time: a claim and a write
-#: of outcomes, which take turns on its one connection (3 to 7 ms each on the
-#: 2-core benchmark machine). With 32 slots of jobs that wait 100 ms, 10 ms
-#: capped by a claims' size of one was a reserve of one job, and a slot
-#: whose run ended while the top-up claim was out stood empty: from the
-#: first start to the last, 92-97 % of the ideal rate, against 95-97 % with
-#: two round trips of the runs that ended lately (4 runs each, in turns).
-RESERVE_ROUND_TRIPS = 2
-#: The runs that ended within this long say how fast slots free up.
-TURNOVER_WINDOW_SECONDS = 1.0
-#: Weight of the newest round trip in the running average of them.
-ROUND_TRIP_WEIGHT = 0.2
-#: While other runs go on, ended runs' outcomes wait this long to share one
-#: write: a statement per few runs, not per run, is what keeps short jobs
-#: fast. They are safe meanwhile: the ledger holds them, and a worker's
-#: supervisor writes them if it dies. A worker with nothing left running
-#: writes at once.
-WRITE_EVERY_SECONDS = 0.02
 #: A claim in doubt when the connection broke may commit later still; its
 #: rows are looked for once more this long after the reconnect.
 CLAIM_RECHECK_SECONDS = 2.0
-#: A claim whose first job has a smaller priority than the last job of the
-#: claim before it brought an urgent job in ahead of a backlog, and more are
-#: likely to follow. A handler starts only once its claim has committed, and
-#: behind a backlog a claim is a top-up of hundreds of rows: 25-35 ms for 512
-#: on two busy cores, against 6 ms for 64, and that claim (with the one in
-#: flight when the job came, which saw it too late) was most of an urgent
-#: job's wait. So for URGENT_WATCH_SECONDS after such a claim, this worker's
-#: claims take at most URGENT_CLAIM_ROWS jobs. A second covers a stream of
-#: urgent jobs (the bench sends one every 20 ms) and costs a lone one no more
-#: than a second of small claims; the backlog runs slower meanwhile (in the
-#: bench, at 60-75 % of its rate: more claims for the same rows), and only
-#: then: a queue worked through at one priority, or in ascending order,
-#: never gets here. Writes keep their size: one only delays this worker's
-#: next claim, another worker's may come first, and capping them as well
-#: gained nothing measurable but cost throughput.
-URGENT_WATCH_SECONDS = 1.0
-URGENT_CLAIM_ROWS = 64
 #: The lease alarm goes off this long before the lease would expire.
 LEASE_ALARM_MARGIN_SECONDS = 0.5
 
 
-def reserve_size(concurrency: int, run_seconds: float, batch_size: int,
-                 endings_per_second: float, round_trip_seconds: float) -> int:
-    """How many claimed jobs to keep beside the running ones (see
-    RESERVE_SECONDS, RESERVE_ROUND_TRIPS)."""
-    # Jobs that take no time: what the slots start within RESERVE_SECONDS,
-    # no more than the claims' size, which restarts at one after the queue
-    # ran dry, so that a burst after a quiet spell is shared by the workers,
-    # not reserved by the first.
-    short = min(int(concurrency * RESERVE_SECONDS / max(run_seconds, 1e-6)), batch_size)
-    # Jobs that wait: what the runs that ended lately will make room for
-    # while a top-up claim is on its way. Ended runs, not the median length,
-    # so that a worker whose slots have just filled keeps none.
-    turnover = min(int(endings_per_second * RESERVE_ROUND_TRIPS * round_trip_seconds),
-                   concurrency)
-    return max(short, turnover)
-
-
-def next_batch_size(size: int, limit: int, claimed: int, took: float, most: int) -> int:
-    """The next batch size after a claim sent with batch size ``size`` that
-    asked for ``limit`` rows got ``claimed`` of them, all ended in ``took`` s."""
-    if took > SLOW_BATCH_SECONDS:
-        return 1
-    if claimed < limit:
-        # The queue ran dry: the next burst is shared by every worker it
-        # wakes, each starting small.
-        return 1
-    if took >= FAST_BATCH_SECONDS:
-        return size
-    growth = min(BATCH_GROWTH_MAX, FAST_BATCH_SECONDS / max(took, 1e-6))
-    return min(max(int(size * growth), size + 1), most)
-
-
-class Holdings:
+class Holdings(OutcomeWriting):
     def __init__(self, config: Config, claimant: str, index: int, store: db.JobStore,
                  executor: Executor, entries: ledger.Ledger,
                  stop_check: Callable[[], bool] = lambda: False):
@@ -318,129 +235,6 @@ class Holdings:
         for run in runs:
             self._to_release.append(run)
             self._close(run, now)
-
-    # -- writing what happened ------------------------------------------------------
-
-    def write_finished(self, now_or_never: bool = False) -> None:
-        """Write the ended runs' outcomes not written yet: one statement for
-        the outcomes, one for the runs that stopped at a checkpoint. While
-        others run, only once WRITE_EVERY_SECONDS have passed (see there),
-        unless ``now_or_never``."""
-        now = time.monotonic()
-        if not now_or_never and self._may_wait(now):
-            return
-        self.collect_finished()
-        if not self._to_write:
-            return
-        recorded = [run for run in self._to_write if run.decision.state != ledger.RELEASE]
-        if recorded:
-            states = self.store.record_outcomes(self.claimant, [
-                outcomes.as_outcome(run.claimed.id, run.decision) for run in recorded])
-            self._took(now)
-            self._settle(recorded)
-            self._to_write = [r for r in self._to_write if r.decision.state == ledger.RELEASE]
-            self._log_recorded(recorded, states)
-        if self._to_write:
-            stopped = self._to_write
-            self.store.release_claims_of([self.claimant], [run.claimed.id for run in stopped])
-            self._settle(stopped)
-            self._to_write = []
-            for run in stopped:
-                self._log(run, "released", run.decision.summary)
-
-    def collect_finished(self) -> None:
-        """Take the ended runs from the executor, their outcomes to be
-        written: done before every claim, so that the batch size follows the
-        claims that have ended rather than the writes."""
-        since = self.executor.finished_since()
-        finished = self.executor.take_finished()
-        if finished:
-            now = time.monotonic()
-            self._endings.append((now, len(finished)))
-            if not self._to_write:
-                self._unwritten_since = now if since is None else since
-            for run in finished:
-                self._close(run, now)
-            self._to_write.extend(finished)
-
-    def _may_wait(self, now: float) -> bool:
-        """Whether ended runs' outcomes may wait for more to share their write."""
-        if not self.executor.busy or self.ledger.free_entries() < self.config.concurrency:
-            return False
-        oldest = self._oldest_unwritten()
-        return oldest is None or now < oldest + WRITE_EVERY_SECONDS
-
-    def _oldest_unwritten(self) -> float | None:
-        """When the oldest ended run whose outcome is not written yet ended."""
-        times = [self._unwritten_since] if self._to_write else []
-        since = self.executor.finished_since()
-        if since is not None:
-            times.append(since)
-        return min(times, default=None)
-
-    def release_withdrawn(self) -> None:
-        """Give back the claims of runs that never started here."""
-        if not self._to_release:
-            return
-        runs = self._to_release
-        ids = [run.claimed.id for run in runs]
-        self.store.release_claims_of([self.claimant], ids)
-        self._settle(runs)
-        self._to_release = []
-        log.info("worker %d released jobs %s before starting them", self.index, ids)
-        metrics.record_release("not_started", len(ids))
-
-    def has_unwritten(self) -> bool:
-        return bool(self._to_write or self._to_release)
-
-    def _settle(self, runs: list[Run]) -> None:
-        for run in runs:
-            run.written = True
-            self.held.pop(run.claimed.id, None)
-            self.ledger.release(run.entry)
-
-    def _log_recorded(self, runs: list[Run], states: dict[int, str]) -> None:
-        succeeded = []
-        for run in runs:
-            state = states.get(run.claimed.id)
-            if state == "succeeded":
-                succeeded.append((self._line(run, "succeeded"), run.claimed.kind, run.duration))
-            elif state == "pending" and run.decision.state == ledger.SNOOZED:
-                self._log(run, "snoozed", run.decision.summary)
-            else:
-                outcome = {"pending": "retried", None: "lost"}.get(state, state)
-                self._log(run, outcome, run.decision.summary)
-        outcomes.log_successes(succeeded)
-
-    def _line(self, run: Run, outcome: str, detail: str = "") -> str:
-        job = run.claimed
-        return outcomes.outcome_line(job.id, job.kind, job.attempt, job.max_attempts, outcome,
-                                     run.duration, detail)
-
-    def _log(self, run: Run, outcome: str, detail: str = "") -> None:
-        if outcome == "lost":
-            detail = "the claim was no longer this worker's; outcome not recorded"
-        outcomes.log_outcome(self._line(run, outcome, detail), run.claimed.kind, outcome,
-                             run.duration)
-
-    def settle_before_exit(self) -> None:
-        """One last try at writing; what fails is left to the supervisor,
-        which finds it in the ledger once this process is gone."""
-        try:
-            self.write_finished(now_or_never=True)
-            self.release_withdrawn()
-        except psycopg2.Error as exc:
-            log.warning("worker %d: could not write its last outcomes (%s); its supervisor"
-                        " will", self.index, db.one_line(exc, self.config.database_url))
-
-    def abandon_running(self) -> None:
-        """The drain's deadline passed: what still runs is given back by the
-        supervisor once this process has exited."""
-        left = self.executor.abandon()
-        self.settle_before_exit()
-        log.warning("worker %d: drain deadline passed with jobs %s still running; their"
-                    " claims are released as this worker exits", self.index,
-                    sorted(run.claimed.id for run in left))
 
     def after_reconnect(self) -> None:
         if self._claim_in_doubt:

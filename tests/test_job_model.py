@@ -11,7 +11,7 @@ import signal
 import psycopg2
 import pytest
 
-from motir_supervisor import db, holdings, registry
+from motir_supervisor import db, registry, sizing
 from motir_supervisor.config import Config
 from motir_supervisor.executor import Executor
 from motir_supervisor.holdings import Holdings
@@ -93,7 +93,7 @@ def test_a_job_claimed_ahead_of_a_backlog_keeps_the_next_claims_short(database_u
         held.write_finished(now_or_never=True)
         # After a job that came ahead of the backlog, more may follow: short
         # claims. Otherwise whole batches, as before.
-        size = holdings.URGENT_CLAIM_ROWS if urgent else 512
+        size = sizing.URGENT_CLAIM_ROWS if urgent else 512
         assert claim_and_run() == size
         assert claim_and_run() == size
         held.write_finished(now_or_never=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from motir_supervisor import cli, db, holdings, ledger, logs, outcomes, recycling, registry
+from motir_supervisor import cli, db, ledger, logs, outcomes, recycling, registry, sizing
 from motir_supervisor.config import Config, ConfigError
 from motir_supervisor.registry import job
 from motir_supervisor.schedules import Schedule, ScheduleError, instant_text
@@ -153,7 +153,7 @@ def test_a_record_of_many_lines_is_written_as_one_full_line_each(formatter):
 
 
 def test_batches_grow_with_the_room_left_and_shrink_after_a_slow_one():
-    nbs = holdings.next_batch_size
+    nbs = sizing.next_batch_size
     assert nbs(1, 1, 1, 0.0, 512) == 8  # no time at all: the most growth
     assert nbs(64, 64, 64, 0.001, 512) == 512  # capped by --batch-size
     assert nbs(10, 10, 10, 0.05, 512) == 20  # half the target: doubles
@@ -168,7 +168,7 @@ def test_batches_grow_with_the_room_left_and_shrink_after_a_slow_one():
 
 
 def test_the_reserve_covers_the_round_trips_of_runs_that_end_often():
-    rs = holdings.reserve_size
+    rs = sizing.reserve_size
     # No-ops: what 10 ms of starts need, up to the claims' size.
     assert rs(8, 0.00002, 512, 0.0, 0.004) == 512
     assert rs(8, 0.00002, 1, 0.0, 0.004) == 1  # after the queue ran dry
