@@ -9,7 +9,6 @@ handler, forks nothing and handles no signal.
 
 from __future__ import annotations
 
-import collections
 import logging
 import signal
 import sys
@@ -20,8 +19,8 @@ from . import db, ledger, metrics, registry
 from .config import Config
 from .executor import Executor
 from .runs import Claim, Run
-from .sizing import (ROUND_TRIP_WEIGHT, SLOW_BATCH_SECONDS, TURNOVER_WINDOW_SECONDS,
-                     URGENT_CLAIM_ROWS, URGENT_WATCH_SECONDS, next_batch_size, reserve_size)
+from .sizing import (ROUND_TRIP_WEIGHT, SLOW_BATCH_SECONDS, URGENT_CLAIM_ROWS,
+                     URGENT_WATCH_SECONDS, Turnover, next_batch_size, reserve_size)
 from .writing import WRITE_EVERY_SECONDS, OutcomeWriting
 
 log = logging.getLogger("motir_supervisor.worker")
@@ -77,8 +76,8 @@ class Holdings(OutcomeWriting):
         self._last_claimed_priority: int | None = None
         #: The running average of the worker's claims and writes of outcomes.
         self.round_trip = 0.0
-        #: (when, how many) of the runs taken from the executor lately.
-        self._endings: collections.deque[tuple[float, int]] = collections.deque()
+        #: The runs taken from the executor lately.
+        self.turnover = Turnover()
 
     # -- claiming ----------------------------------------------------------------
 
@@ -108,13 +107,7 @@ class Holdings(OutcomeWriting):
         # Runs going on longer than the average say it is out of date.
         seconds = max(typical, self.executor.longest_running(now))
         return reserve_size(self.config.concurrency, seconds, self.batch_size,
-                            self._endings_per_second(now), self.round_trip)
-
-    def _endings_per_second(self, now: float) -> float:
-        endings = self._endings
-        while endings and endings[0][0] < now - TURNOVER_WINDOW_SECONDS:
-            endings.popleft()
-        return sum(count for _, count in endings) / TURNOVER_WINDOW_SECONDS
+                            self.turnover.per_second(now), self.round_trip)
 
     def _took(self, sent: float) -> None:
         """A round trip sent at ``sent`` came back."""

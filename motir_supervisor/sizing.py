@@ -7,6 +7,8 @@ Numbers only: :mod:`holdings` claims with them.
 
 from __future__ import annotations
 
+import collections
+
 #: A worker claims what it can start now (its free slots) or, when jobs
 #: take no time, what it can run in about FAST_BATCH_SECONDS: a full claim
 #: whose jobs all ended sooner grows the next one in proportion, by at most
@@ -86,3 +88,23 @@ def next_batch_size(size: int, limit: int, claimed: int, took: float, most: int)
         return size
     growth = min(BATCH_GROWTH_MAX, FAST_BATCH_SECONDS / max(took, 1e-6))
     return min(max(int(size * growth), size + 1), most)
+
+
+class Turnover:
+    """How many runs ended within the last TURNOVER_WINDOW_SECONDS, kept as
+    a running total: asked before every claim, it costs the same however
+    many runs end (summing them each time took a share of no-op jobs' CPU)."""
+
+    def __init__(self) -> None:
+        self._ended: collections.deque[tuple[float, int]] = collections.deque()
+        self._total = 0
+
+    def add(self, now: float, count: int) -> None:
+        self._ended.append((now, count))
+        self._total += count
+
+    def per_second(self, now: float) -> float:
+        ended = self._ended
+        while ended and ended[0][0] < now - TURNOVER_WINDOW_SECONDS:
+            self._total -= ended.popleft()[1]
+        return self._total / TURNOVER_WINDOW_SECONDS

@@ -62,7 +62,7 @@ class OutcomeWriting:
         finished = self.executor.take_finished()
         if finished:
             now = time.monotonic()
-            self._endings.append((now, len(finished)))
+            self.turnover.add(now, len(finished))
             if not self._to_write:
                 self._unwritten_since = now if since is None else since
             for run in finished:

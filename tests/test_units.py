@@ -185,6 +185,16 @@ def test_the_reserve_covers_the_round_trips_of_runs_that_end_often():
     assert rs(8, 30.0, 1, 0.2, 0.005) == 0
 
 
+def test_turnover_counts_the_runs_that_ended_within_its_window():
+    turnover = sizing.Turnover()
+    assert turnover.per_second(100.0) == 0
+    turnover.add(100.0, 30)
+    turnover.add(100.5, 10)
+    assert turnover.per_second(100.6) == 40 / sizing.TURNOVER_WINDOW_SECONDS
+    assert turnover.per_second(101.2) == 10 / sizing.TURNOVER_WINDOW_SECONDS
+    assert turnover.per_second(102.0) == 0
+
+
 # -- the ledger ------------------------------------------------------------------
 
 def test_the_ledger_hands_the_supervisor_every_field_a_forked_worker_wrote():
