@@ -15,7 +15,8 @@ from typing import Callable, Iterable
 
 from .logs import flush_logs
 
-log = logging.getLogger(__name__)
+# The supervisor's logger: "process 4711 crashed" is its line, as it was.
+log = logging.getLogger("motir_supervisor.supervisor")
 
 #: The exit code of a child whose body raised: the child itself broke.
 EXIT_SOFTWARE = 70

@@ -19,8 +19,8 @@ from . import db, ledger, metrics, registry
 from .config import Config
 from .executor import Executor
 from .runs import Claim, Run
-from .sizing import (ROUND_TRIP_WEIGHT, SLOW_BATCH_SECONDS, URGENT_CLAIM_ROWS,
-                     URGENT_WATCH_SECONDS, Turnover, next_batch_size, reserve_size)
+from .sizing import (SLOW_BATCH_SECONDS, URGENT_CLAIM_ROWS, URGENT_WATCH_SECONDS, Turnover,
+                     next_batch_size, next_round_trip, reserve_size)
 from .writing import WRITE_EVERY_SECONDS, OutcomeWriting
 
 log = logging.getLogger("motir_supervisor.worker")
@@ -111,7 +111,7 @@ class Holdings(OutcomeWriting):
 
     def _took(self, sent: float) -> None:
         """A round trip sent at ``sent`` came back."""
-        self.round_trip += ROUND_TRIP_WEIGHT * (time.monotonic() - sent - self.round_trip)
+        self.round_trip = next_round_trip(self.round_trip, time.monotonic() - sent)
 
     def claim(self, room: int) -> tuple[int, bool]:
         """Claim ``room`` jobs (as room() said just before, > 0), or a whole
@@ -119,10 +119,13 @@ class Holdings(OutcomeWriting):
         # Slots going empty take a whole batch; a reserve is only topped up.
         if self.executor.free_slots() > 0:
             room = max(room, self.batch_size)
-        if self.watching_for_urgent(time.monotonic()):
-            room = min(room, URGENT_CLAIM_ROWS)
+        size = self.batch_size
+        if self.watching_for_urgent(time.monotonic()) and room > URGENT_CLAIM_ROWS:
+            # Sized down for the watch: the claim's timing says how fast 64
+            # jobs ran, and the batch size grows from that, not from its own.
+            room = size = URGENT_CLAIM_ROWS
         return self._claim(min(room, self.ledger.free_entries(), self.claims_left),
-                           limited=False)
+                           limited=False, size=size)
 
     def claim_limited(self) -> tuple[int, bool]:
         """Claim jobs of limited kinds for the free slots only: one waiting in
@@ -138,7 +141,7 @@ class Holdings(OutcomeWriting):
         claims stay short (see URGENT_WATCH_SECONDS)."""
         return now < self._urgent_seen_at + URGENT_WATCH_SECONDS
 
-    def _claim(self, limit: int, limited: bool) -> tuple[int, bool]:
+    def _claim(self, limit: int, limited: bool, size: int | None = None) -> tuple[int, bool]:
         sent = time.monotonic()
         self._claim_in_doubt = True
         claim_jobs = self.store.claim_limited_jobs if limited else self.store.claim_due_jobs
@@ -158,11 +161,14 @@ class Holdings(OutcomeWriting):
             last = self._last_claimed_priority
             if last is not None and jobs[0].priority < last:
                 self._urgent_seen_at = sent
-            self._last_claimed_priority = jobs[-1].priority
+            # Only behind a backlog (due jobs left after this claim): jobs
+            # given back, or a queue that ran dry, arm nothing.
+            self._last_claimed_priority = jobs[-1].priority if more_due else None
         if not self.held:
             self.lease_confirmed = sent
             self.next_renewal = sent + self.config.renew_every
-        claim = Claim(sent, self.batch_size, limit, open=len(jobs), limited=limited)
+        claim = Claim(sent, self.batch_size if size is None else size, limit, open=len(jobs),
+                      limited=limited)
         claim.runs = [Run(job, claim, self.ledger.claim(job.id),
                           registry.registration_for(job.kind)) for job in jobs]
         for run in claim.runs:

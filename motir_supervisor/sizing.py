@@ -39,6 +39,8 @@ RESERVE_ROUND_TRIPS = 2
 TURNOVER_WINDOW_SECONDS = 1.0
 #: Weight of the newest round trip in the running average of them.
 ROUND_TRIP_WEIGHT = 0.2
+#: A round trip counts for at most this long, or twice the average.
+ROUND_TRIP_CAP_SECONDS = 0.05
 #: A claim whose first job has a smaller priority than the last job of the
 #: claim before it brought an urgent job in ahead of a backlog, and more are
 #: likely to follow. A handler starts only once its claim has committed, and
@@ -68,11 +70,22 @@ def reserve_size(concurrency: int, run_seconds: float, batch_size: int,
     # not reserved by the first.
     short = min(int(concurrency * RESERVE_SECONDS / max(run_seconds, 1e-6)), batch_size)
     # Jobs that wait: what the runs that ended lately will make room for
-    # while a top-up claim is on its way. Ended runs, not the median length,
-    # so that a worker whose slots have just filled keeps none.
-    turnover = min(int(endings_per_second * RESERVE_ROUND_TRIPS * round_trip_seconds),
-                   concurrency)
+    # while a top-up claim is on its way. Ended runs, so that a worker whose
+    # slots have just filled keeps none; and no faster than the runs now in
+    # the slots can end, so that a worker whose short runs gave way to long
+    # ones (run_seconds counts the longest running) keeps none either.
+    endings = min(endings_per_second, concurrency / max(run_seconds, 1e-6))
+    turnover = min(int(endings * RESERVE_ROUND_TRIPS * round_trip_seconds), concurrency)
     return max(short, turnover)
+
+
+def next_round_trip(average: float, took: float) -> float:
+    """The running average of round trips after one that took ``took`` s.
+    One stuck behind a lock for seconds counts as at most twice the average
+    (or ROUND_TRIP_CAP_SECONDS): it says nothing of the next claim, and would
+    otherwise keep a full reserve for seconds after it."""
+    took = min(took, max(2 * average, ROUND_TRIP_CAP_SECONDS))
+    return average + ROUND_TRIP_WEIGHT * (took - average)
 
 
 def next_batch_size(size: int, limit: int, claimed: int, took: float, most: int) -> int:

@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import re
 import signal
+import time
 
 import psycopg2
 import pytest
@@ -95,6 +96,9 @@ def test_a_job_claimed_ahead_of_a_backlog_keeps_the_next_claims_short(database_u
         # claims. Otherwise whole batches, as before.
         size = sizing.URGENT_CLAIM_ROWS if urgent else 512
         assert claim_and_run() == size
+        # A short claim is recorded at its own size: the batch size grows
+        # from what 64 jobs took, not from what 512 would have.
+        assert {run.claim.size for run in held.held.values()} == {size}
         assert claim_and_run() == size
         held.write_finished(now_or_never=True)
         assert sql.value("SELECT count(*) FROM job_queue WHERE state = 'succeeded'") == (
@@ -102,6 +106,39 @@ def test_a_job_claimed_ahead_of_a_backlog_keeps_the_next_claims_short(database_u
         assert sql.value("SELECT count(*) FROM job_queue WHERE state = 'running'") == 0
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)  # the lease alarm its claims armed
+        store.close()
+
+
+def test_an_urgent_job_with_no_backlog_behind_it_leaves_claims_whole(database_url, sql):
+    """The watch is for a backlog: a claim that emptied the queue (or a job
+    given back) before a more urgent one arrived arms nothing."""
+    config = Config(database_url=database_url, concurrency=1, batch_size=512)
+    entries = Ledger(config.ledger_entries)
+    executor = Executor(1, entries, retry_base=1, retry_cap=1, wake=lambda: None,
+                        save_checkpoint=lambda *a: True, title=lambda text: None)
+    store = db.JobStore(database_url)
+    held = Holdings(config, "model:1", 1, store, executor, entries)
+    held.batch_size = 512
+
+    def claim_and_run() -> int:
+        count, _ = held.claim(1)
+        wait_until(lambda: all(run.ended for run in held.held.values()), 10)
+        held.write_finished(now_or_never=True)
+        return count
+
+    try:
+        sql.rows("INSERT INTO job_queue (kind, priority) SELECT 'model_quick', 10"
+                 " FROM generate_series(1, 100)")
+        assert claim_and_run() == 100  # the queue ran dry
+        held.batch_size = 512
+        sql.rows("INSERT INTO job_queue (kind, priority) SELECT 'model_quick', 10"
+                 " FROM generate_series(1, 3000)")
+        sql.rows("INSERT INTO job_queue (kind, priority) VALUES ('model_quick', -1)")
+        assert claim_and_run() == 512
+        assert not held.watching_for_urgent(time.monotonic())
+        assert claim_and_run() == 512
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
         store.close()
 
 

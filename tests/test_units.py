@@ -183,6 +183,22 @@ def test_the_reserve_covers_the_round_trips_of_runs_that_end_often():
     assert rs(8, 0.1, 1, 5000.0, 0.05) == 8
     # Long jobs: none.
     assert rs(8, 30.0, 1, 0.2, 0.005) == 0
+    # Short runs gave way to long ones (2 s running now): the endings of the
+    # short ones say nothing of when these will end.
+    assert rs(8, 2.0, 1, 4000.0, 0.005) == 0
+
+
+def test_a_round_trip_stuck_behind_a_lock_counts_for_little():
+    nrt = sizing.next_round_trip
+    assert nrt(0.005, 0.005) == pytest.approx(0.005)
+    assert nrt(0.005, 0.010) == pytest.approx(0.006)
+    # Four seconds behind a lock count as 50 ms.
+    assert nrt(0.005, 4.0) == pytest.approx(0.005 + 0.2 * 0.045)
+    # A slower database is followed, doubling at most per round trip.
+    average = 0.005
+    for _ in range(30):
+        average = nrt(average, 0.2)
+    assert average == pytest.approx(0.2, rel=0.05)
 
 
 def test_turnover_counts_the_runs_that_ended_within_its_window():
