@@ -23,8 +23,6 @@ from . import db
 
 log = logging.getLogger(__name__)
 
-STATES = ("pending", "running", "succeeded", "failed", "cancelled")
-
 
 class QueueCollector:
     """Reads job_queue when Prometheus scrapes, so the figures are never stale."""
@@ -53,7 +51,7 @@ class QueueCollector:
         seen_queues = {queue for queue, _, _ in report["counts"]} or {"default"}
         counts = {(queue, state): n for queue, state, n in report["counts"]}
         for queue in sorted(seen_queues):
-            for state in STATES:
+            for state in db.STATES:
                 depth.add_metric([queue, state], counts.get((queue, state), 0))
         yield depth
         oldest = GaugeMetricFamily("motir_queue_oldest_due_seconds",

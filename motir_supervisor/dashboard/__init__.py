@@ -25,7 +25,7 @@ from flask_wtf.csrf import CSRFError, CSRFProtect
 from werkzeug.exceptions import HTTPException
 
 from .. import db
-from .reads import STATES, DashboardStore, EndedPerMinute
+from .reads import DashboardStore, EndedPerMinute
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ def create_app(database_url: str, password: str) -> Flask:
 
     @app.errorhandler(psycopg2.Error)
     def database_error(exc: psycopg2.Error) -> tuple[str, int]:
-        if isinstance(exc, (psycopg2.OperationalError, psycopg2.InterfaceError)):
+        if isinstance(exc, db.CONNECTION_ERRORS):
             with lock:
                 store.close()  # the next request connects afresh
         why = f"{db.describe_dsn(database_url)}: {db.one_line(exc, database_url)}"
@@ -144,15 +144,15 @@ def create_app(database_url: str, password: str) -> Flask:
     def jobs() -> str:
         filters = {name: _text(request.args.get(name)) or None
                    for name in ("queue", "kind", "state")}
-        if filters["state"] is not None and filters["state"] not in STATES:
-            abort(400, f"state must be one of {', '.join(STATES)}")
+        if filters["state"] is not None and filters["state"] not in db.STATES:
+            abort(400, f"state must be one of {', '.join(db.STATES)}")
         before = request.args.get("before", type=int)
         if before is not None and not 0 < before <= MAX_ID:
             abort(400, "before must be a job id")
         with lock:
             rows, older = store.jobs(before=before, **filters)
         return render_template("jobs.html", jobs=rows, older=older, before=before,
-                               filters=filters, states=STATES)
+                               filters=filters, states=db.STATES)
 
     @app.get(f"/jobs/<int(max={MAX_ID}):job_id>")
     def job(job_id: int) -> str:

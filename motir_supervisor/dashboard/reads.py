@@ -21,8 +21,6 @@ PAGE_SIZE = 50
 CHART_MINUTES = 15
 #: Running jobs listed at most; a fleet runs fewer.
 RUNNING_SHOWN = 500
-STATES = ("pending", "running", "succeeded", "failed", "cancelled")
-
 
 #: A minute's count is kept once the minute is this long over and no
 #: transaction begun before its end is still open: an outcome is stamped with
@@ -55,10 +53,10 @@ class EndedPerMinute:
                  for back in range(CHART_MINUTES - 1, -1, -1)]
         self.settled = {m: v for m, v in self.settled.items() if m >= shown[0]}
         since = next(m for m in shown if m not in self.settled)
-        oldest_open = store._run("dashboard_oldest_transaction")[0][0]
+        oldest_open = store.oldest_open_transaction()
         counted: dict[datetime.datetime, dict[str, tuple[int, int]]] = {
             m: {} for m in shown if m >= since}
-        for row in store._dicts("dashboard_ended", {"since": since}):
+        for row in store.ended_since(since):
             if row["minute"] in counted:
                 counted[row["minute"]][row["queue"]] = (row["succeeded"], row["failed"])
         for minute, per_queue in counted.items():
@@ -104,6 +102,13 @@ class DashboardStore(db.JobStore):
                  "failed": per_queue.get(name, (0, 0))[1]}
                 for start, per_queue in minutes.items()]
         return [queues[name] for name in sorted(queues)]
+
+    def ended_since(self, since: datetime.datetime) -> list[dict[str, Any]]:
+        """Jobs succeeded and failed per minute and queue since ``since``."""
+        return self._dicts("dashboard_ended", {"since": since})
+
+    def oldest_open_transaction(self) -> datetime.datetime | None:
+        return self._run("dashboard_oldest_transaction")[0][0]
 
     def jobs(self, queue: str | None, kind: str | None, state: str | None,
              before: int | None) -> tuple[list[dict[str, Any]], int | None]:
