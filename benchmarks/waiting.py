@@ -107,8 +107,8 @@ def percentile(ordered: Sequence[float], fraction: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
 
 
-def insert_stamped(bench: "Bench", count: int, interval_ms: float,
-                   priority: int = 0) -> dict[int, object]:
+def insert_stamped(bench: "Bench", count: int, interval_ms: float, priority: int = 0,
+                   queue: str = "default") -> dict[int, object]:
     """Insert ``count`` stamp jobs one statement at a time at a steady rate;
     each id with the server's clock as its insert ran."""
     enqueued = {}
@@ -116,8 +116,9 @@ def insert_stamped(bench: "Bench", count: int, interval_ms: float,
     for i in range(count):
         # Deliberate pacing on a fixed schedule, so a slow insert shifts no later one.
         time.sleep(max(0.0, start + i * interval_ms / 1000 - time.monotonic()))
-        job_id, at = bench.sql.rows("INSERT INTO job_queue (kind, priority) VALUES ('stamp', %s)"
-                                    " RETURNING id, clock_timestamp()", (priority,))[0]
+        job_id, at = bench.sql.rows("INSERT INTO job_queue (kind, priority, queue)"
+                                    " VALUES ('stamp', %s, %s) RETURNING id, clock_timestamp()",
+                                    (priority, queue))[0]
         enqueued[job_id] = at
     return enqueued
 
@@ -147,10 +148,16 @@ def wait_for_stamps(bench: "Bench", ids: Sequence[int], alive) -> None:
     wait_until(all_started, 60, interval=0.05, message=f"{len(ids)} stamp jobs to start")
 
 
-def measure_floor(bench: "Bench", samples: int, interval_ms: float,
-                  warm_up: int = 5) -> list[float]:
-    bench.prepare_queue(0)
-    command = [sys.executable, "-m", "benchmarks.floor", bench.url, str(warm_up + samples)]
+def measure_floor(bench: "Bench", samples: int, interval_ms: float, warm_up: int = 5,
+                  urgent_queue: str | None = None) -> list[float]:
+    """The bare loop's latencies on an empty table; or, with ``urgent_queue``,
+    on urgent jobs of that queue only, beside whatever else the table and
+    the machine are busy with (see benchmarks/floor.py)."""
+    priority, queue = (0, "default") if urgent_queue is None else (-1, urgent_queue)
+    if urgent_queue is None:
+        bench.prepare_queue(0)
+    command = [sys.executable, "-m", "benchmarks.floor", bench.url, str(warm_up + samples),
+               *filter(None, [urgent_queue])]
     with subprocess.Popen(command, stdout=subprocess.PIPE, text=True,
                           cwd=Path(__file__).resolve().parent.parent) as floor:
         try:
@@ -160,8 +167,9 @@ def measure_floor(bench: "Bench", samples: int, interval_ms: float,
             def alive() -> None:
                 if floor.poll() not in (None, 0):
                     raise bench.error(f"the floor's loop exited with {floor.returncode}")
-            wait_for_stamps(bench, list(insert_stamped(bench, warm_up, interval_ms)), alive)
-            enqueued = insert_stamped(bench, samples, interval_ms)
+            wait_for_stamps(bench, list(insert_stamped(bench, warm_up, interval_ms, priority,
+                                                       queue)), alive)
+            enqueued = insert_stamped(bench, samples, interval_ms, priority, queue)
             wait_for_stamps(bench, list(enqueued), alive)
             floor.wait(10)
         finally:

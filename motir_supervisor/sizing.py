@@ -45,19 +45,23 @@ ROUND_TRIP_CAP_SECONDS = 0.05
 #: claim before it brought an urgent job in ahead of a backlog, and more are
 #: likely to follow. A handler starts only once its claim has committed, and
 #: behind a backlog a claim is a top-up of hundreds of rows: 25-35 ms for 512
-#: on two busy cores, against 6 ms for 64, and that claim (with the one in
-#: flight when the job came, which saw it too late) was most of an urgent
-#: job's wait. So for URGENT_WATCH_SECONDS after such a claim, this worker's
-#: claims take at most URGENT_CLAIM_ROWS jobs. A second covers a stream of
-#: urgent jobs (the bench sends one every 20 ms) and costs a lone one no more
-#: than a second of small claims; the backlog runs slower meanwhile (in the
-#: bench, at 60-75 % of its rate: more claims for the same rows), and only
-#: then: a queue worked through at one priority, or in ascending order,
-#: never gets here. Writes keep their size: one only delays this worker's
-#: next claim, another worker's may come first, and capping them as well
-#: gained nothing measurable but cost throughput.
+#: on two busy cores, about 16 ms for 64, 6 ms for 16; that claim (with the
+#: one in flight when the job came, which saw it too late) was most of an
+#: urgent job's wait. So for URGENT_WATCH_SECONDS after such a claim, this
+#: worker's claims take at most URGENT_CLAIM_ROWS jobs. A second covers a
+#: stream of urgent jobs (the bench sends one every 20 ms) and costs a lone
+#: one no more than a second of small claims. Behind 1,000,000 pending jobs
+#: with such a stream (three runs each, in turns), claims of 16 started the
+#: urgent jobs after 10-16 ms at the median, claims of 64 after 20-25 ms;
+#: the backlog meanwhile ran at 6,000-12,000 jobs/s against 13,000-18,000
+#: (about 24,000 without urgent jobs): priorities are there for the urgent
+#: jobs to go first, and only while they come does the backlog pay. A queue
+#: worked through at one priority, or in ascending order, never gets here.
+#: Writes keep their size: one only delays this worker's next claim, another
+#: worker's may come first, and capping them as well gained nothing
+#: measurable but cost throughput.
 URGENT_WATCH_SECONDS = 1.0
-URGENT_CLAIM_ROWS = 64
+URGENT_CLAIM_ROWS = 16
 
 
 def reserve_size(concurrency: int, run_seconds: float, batch_size: int,

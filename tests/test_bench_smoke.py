@@ -47,6 +47,12 @@ def test_the_smoke_benchmark_reports_every_figure(tmp_path):
     assert [idle["after"] for idle in results["idle"]] == ["start", "burst"]
     for idle in results["idle"]:
         assert idle["cpu_percent_of_core"] >= 0 and idle["db_statements_per_second"] >= 0
+    model = results["job_model"]
+    assert len(model["plain_jobs_per_second"]) == len(model["model_jobs_per_second"]) >= 1
+    for run in (model["idle"], model["floor"], model["urgent"]):
+        assert run["samples"] == results["settings"]["latency_samples"], run
+        assert 0 < run["p50_ms"] <= run["p99_ms"] <= run["max_ms"], run
+    assert "the floor behind the backlog" in done.stdout
     dashboard = results["dashboard"]
     assert dashboard["rows"] == results["settings"]["bloat_rows"]
     assert len(dashboard["pages"]) >= 10 and dashboard["first_queues_load_ms"] > 0

@@ -104,7 +104,7 @@ def test_a_job_claimed_ahead_of_a_backlog_keeps_the_next_claims_short(one_slot_h
     size = sizing.URGENT_CLAIM_ROWS if urgent else 512
     assert claim_and_run() == size
     # A short claim is recorded at its own size: the batch size grows
-    # from what 64 jobs took, not from what 512 would have.
+    # from what its few jobs took, not from what 512 would have.
     assert {run.claim.size for run in held.held.values()} == {size}
     assert claim_and_run() == size
     held.write_finished(now_or_never=True)
