@@ -67,6 +67,19 @@ class Waiting:
             log.debug("worker %d runs the scheduler", self.index)
         return True
 
+    def _look_for_listener_token(self, now: float) -> None:
+        """Take the listener's token if it is free, busy or not, at most once a
+        second (a syscall). Idle workers take it at once; but a fleet started
+        on a backlog, or whose listener died while the others were busy, has
+        no idle worker, and without a listener it would hear nothing (a freed
+        slot of a limited kind among it) until one ran dry. A busy listener
+        hands what it hears on (see _heard_wanted_notification)."""
+        if self.token is None or self.token.held or self.stop_requested:
+            return
+        if now >= self._next_listener_try:
+            self._next_listener_try = now + 1.0
+            self._take_listener_token()
+
     def _take_listener_token(self) -> None:
         if not self.token.held and self.token.try_take():
             self.store.start_listening()

@@ -68,6 +68,7 @@ class Worker(Waiting):
         self.scheduler: Scheduler | None = None
         self._schedules: list[Schedule] = []
         self._next_token_try = 0.0
+        self._next_listener_try = 0.0
         self.title = WorkerTitle(index)
         self.recycling = Recycling(config.max_jobs_per_worker, config.max_worker_memory_mb)
         # --no-listen is for PgBouncer in transaction mode, where a prepared
@@ -297,6 +298,7 @@ class Worker(Waiting):
         holdings.release_withdrawn()
         self._reconnect_backoff = 0.0
         self._claim_while_room()
+        self._look_for_listener_token(now)
         if self._take_scheduler_token():
             self.scheduler.run_when_due()
 

@@ -171,6 +171,18 @@ def test_a_listener_killed_loses_no_wake_up(executions, start_supervisor):
         supervisor.wait_for_workers(3)
 
 
+def test_a_fleet_busy_from_its_start_still_has_a_listener(executions, start_supervisor):
+    """Without an empty claim no worker went idle, and only idle workers took
+    the listener's token: a fleet started on a backlog heard no notification
+    (a freed slot of a limited kind among them) until one ran dry."""
+    jobs = enqueue(executions, "record", '{"sleep": 6}', count=2)
+    supervisor = start_supervisor("--workers", "2", "--concurrency", "1")
+    supervisor.wait_for_workers(2)
+    wait_until(lambda: len(starts(executions, jobs)) == 2, 5, message="both jobs running")
+    wait_until(lambda: listener_of(supervisor), 3, message="a listener among busy workers")
+    assert all(state_of(executions, job_id) == "running" for job_id in jobs)
+
+
 def test_a_busy_listener_hands_its_wake_ups_on(executions, start_supervisor):
     # One slot per worker and a long poll: a job the busy listener hears of
     # must reach the other worker through the kick pipe within milliseconds.
