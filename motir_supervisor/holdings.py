@@ -121,8 +121,9 @@ class Holdings(OutcomeWriting):
             room = max(room, self.batch_size)
         size = self.batch_size
         if self.watching_for_urgent(time.monotonic()) and room > URGENT_CLAIM_ROWS:
-            # Sized down for the watch: the claim's timing says how fast 64
-            # jobs ran, and the batch size grows from that, not from its own.
+            # Sized down for the watch: the claim's timing says how fast its
+            # URGENT_CLAIM_ROWS jobs ran, and the batch size grows from that,
+            # not from its own.
             room = size = URGENT_CLAIM_ROWS
         return self._claim(min(room, self.ledger.free_entries(), self.claims_left),
                            limited=False, size=size)
