@@ -248,6 +248,10 @@ class JobStore:
         return [tuple(r) for r in self._run("fail_claims_of_dead", {
             "claimants": list(claimants), "ids": list(ids), "error": error})]
 
+    def states_of_jobs(self, ids: Sequence[int]) -> list[tuple[int, str, str]]:
+        """(job id, state, kind) of each of ``ids`` still in the table."""
+        return [tuple(r) for r in self._run("states_of_jobs", {"ids": list(ids)})]
+
     def expire_stale_leases(self, limit: int = 500) -> list[tuple[int, str]]:
         return [tuple(r) for r in self._run("expire_stale_leases", {"limit": limit})]
 

@@ -64,6 +64,10 @@ def name_this_process(name: str) -> None:
     _process_name = name
 
 
+def enabled() -> bool:
+    return _fleet is not None
+
+
 def record_claim(queue: str) -> None:
     if _fleet is not None:
         _fleet.claimed.labels(queue).inc()

@@ -12,7 +12,7 @@ import random
 import traceback
 from typing import NamedTuple
 
-from . import db, ledger, metrics, registry
+from . import db, ledger, registry
 from .logs import LINES
 
 log = logging.getLogger("motir_supervisor.worker")
@@ -107,17 +107,21 @@ def outcome_line(job_id: int, kind: str, attempt: int, max_attempts: int, outcom
 EXPECTED_OUTCOMES = frozenset({"snoozed"})
 
 
-def log_outcome(line: str, kind: str, outcome: str, seconds: float) -> None:
+def outcome_of(state: str | None, snoozed: bool) -> str:
+    """A written run's outcome, from the state its row was left in: None or
+    'running' when the claim was no longer the writer's (the run was lost)."""
+    if state == "pending":
+        return "snoozed" if snoozed else "retried"
+    return "lost" if state in (None, "running") else state
+
+
+def log_outcome(line: str, outcome: str) -> None:
     """One line per run that did not simply succeed."""
-    metrics.record_run(kind, outcome, seconds)
     log.log(logging.INFO if outcome in EXPECTED_OUTCOMES else logging.WARNING, "%s", line)
 
 
-def log_successes(runs: list[tuple[str, str, float]]) -> None:
-    """(line, kind, seconds) of runs that succeeded, in one log record for all
-    of them (see logs.LINES): a busy worker records hundreds at a time."""
-    for _, kind, seconds in runs:
-        metrics.record_run(kind, "succeeded", seconds)
-    if runs and log.isEnabledFor(logging.INFO):
-        lines = [line for line, _, _ in runs]
+def log_successes(lines: list[str]) -> None:
+    """The lines of runs that succeeded, in one log record for all of them
+    (see logs.LINES): a busy worker records hundreds at a time."""
+    if lines and log.isEnabledFor(logging.INFO):
         log.info("%s", "\n".join(lines), extra={LINES: lines})

@@ -15,7 +15,7 @@ import time
 
 import psycopg2
 
-from . import db, ledger, metrics
+from . import db, ledger, metrics, outcomes
 
 log = logging.getLogger("motir_supervisor.supervisor")
 
@@ -32,6 +32,9 @@ class PendingRelease:
     entries: tuple[ledger.Entry, ...]
     #: Not before this monotonic time.
     due: float
+    #: Jobs counted in the fleet's metrics already, should a turn fail
+    #: halfway and be done again.
+    counted: set[int] = dataclasses.field(default_factory=set)
 
 
 class Settler:
@@ -86,17 +89,15 @@ class Settler:
                            e.state == ledger.SNOOZED)
                 for e in decided.values()])
             for job_id, state, kind in written:
-                outcome = state
-                if state == "pending":
-                    snoozed = decided[job_id].state == ledger.SNOOZED
-                    outcome = "snoozed" if snoozed else "retried"
+                outcome = outcomes.outcome_of(state, decided[job_id].state == ledger.SNOOZED)
                 log.info("job %d %s %s in %.3fs: outcome written for exited worker %s", job_id,
                          kind, outcome, decided[job_id].seconds, item.claimant)
                 # A worker forked later inherits this label child, and
                 # prometheus_client moves it to the worker's own file on its
                 # first count there (see metrics.enable).
-                metrics.record_run(kind, outcome, decided[job_id].seconds)
+                self._count(item, job_id, kind, outcome, decided[job_id].seconds)
             metrics.record_release("outcome_written", len(written))
+            self._count_written_by_worker(item, decided, {job_id for job_id, _, _ in written})
         for state, error in ((ledger.RUNNING, item.death),
                              (ledger.TIMED_OUT, "TimeoutError: the job ran past the timeout"
                               f" of its kind; worker {item.claimant} was replaced")):
@@ -112,3 +113,25 @@ class Settler:
         if ids:
             log.warning("released unfinished jobs %s of %s", ids, item.claimant)
         metrics.record_release("stopped_worker", len(ids))
+
+    def _count_written_by_worker(self, item: PendingRelease, decided: dict[int, ledger.Entry],
+                                 written_here: set[int]) -> None:
+        """Count the runs whose outcomes the worker wrote but which it died
+        before counting: it frees an entry right after counting its run, so a
+        decided entry whose row no longer held the worker's claim is one. The
+        row's state says the outcome; a row running again is a claim lost."""
+        rest = [job_id for job_id in decided
+                if job_id not in written_here and job_id not in item.counted]
+        if not rest or not metrics.enabled():
+            return
+        for job_id, state, kind in self.store.states_of_jobs(rest):
+            entry = decided[job_id]
+            self._count(item, job_id, kind,
+                        outcomes.outcome_of(state, entry.state == ledger.SNOOZED), entry.seconds)
+
+    @staticmethod
+    def _count(item: PendingRelease, job_id: int, kind: str, outcome: str,
+               seconds: float) -> None:
+        if job_id not in item.counted:
+            item.counted.add(job_id)
+            metrics.record_run(kind, outcome, seconds)

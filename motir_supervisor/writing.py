@@ -43,16 +43,19 @@ class OutcomeWriting:
             states = self.store.record_outcomes(self.claimant, [
                 outcomes.as_outcome(run.claimed.id, run.decision) for run in recorded])
             self._took(now)
-            self._settle(recorded)
+            ended = [(run, outcomes.outcome_of(states.get(run.claimed.id),
+                                               run.decision.state == ledger.SNOOZED))
+                     for run in recorded]
+            self._count_and_settle(ended)
             self._to_write = [r for r in self._to_write if r.decision.state == ledger.RELEASE]
-            self._log_recorded(recorded, states)
+            self._log_ended(ended)
         if self._to_write:
             stopped = self._to_write
             self.store.release_claims_of([self.claimant], [run.claimed.id for run in stopped])
-            self._settle(stopped)
+            ended = [(run, "released") for run in stopped]
+            self._count_and_settle(ended)
             self._to_write = []
-            for run in stopped:
-                self._log(run, "released", run.decision.summary)
+            self._log_ended(ended)
 
     def collect_finished(self) -> None:
         """Take the ended runs from the executor, their outcomes to be
@@ -101,33 +104,40 @@ class OutcomeWriting:
 
     def _settle(self, runs: list[Run]) -> None:
         for run in runs:
-            run.written = True
-            self.held.pop(run.claimed.id, None)
-            self.ledger.release(run.entry)
+            self._settle_one(run)
 
-    def _log_recorded(self, runs: list[Run], states: dict[int, str]) -> None:
-        succeeded = []
-        for run in runs:
-            state = states.get(run.claimed.id)
-            if state == "succeeded":
-                succeeded.append((self._line(run, "succeeded"), run.claimed.kind, run.duration))
-            elif state == "pending" and run.decision.state == ledger.SNOOZED:
-                self._log(run, "snoozed", run.decision.summary)
-            else:
-                outcome = {"pending": "retried", None: "lost"}.get(state, state)
-                self._log(run, outcome, run.decision.summary)
-        outcomes.log_successes(succeeded)
+    def _settle_one(self, run: Run) -> None:
+        run.written = True
+        self.held.pop(run.claimed.id, None)
+        self.ledger.release(run.entry)
+
+    def _count_and_settle(self, ended: list[tuple[Run, str]]) -> None:
+        """Free each written run's ledger entry and count the run in the
+        fleet's metrics right after: an entry the supervisor finds still in
+        use after a SIGKILL is a run not counted yet, which it counts (see
+        settling), and a kill between the two loses a count, never adds one."""
+        for run, outcome in ended:
+            self._settle_one(run)
+            metrics.record_run(run.claimed.kind, outcome, run.duration)
+
+    def _log_ended(self, ended: list[tuple[Run, str]]) -> None:
+        outcomes.log_successes([self._line(run, "succeeded")
+                                for run, outcome in ended if outcome == "succeeded"])
+        for run, outcome in ended:
+            if outcome != "succeeded":
+                self._log(run, outcome, run.decision.summary, count=False)
 
     def _line(self, run: Run, outcome: str, detail: str = "") -> str:
         job = run.claimed
         return outcomes.outcome_line(job.id, job.kind, job.attempt, job.max_attempts, outcome,
                                      run.duration, detail)
 
-    def _log(self, run: Run, outcome: str, detail: str = "") -> None:
+    def _log(self, run: Run, outcome: str, detail: str = "", count: bool = True) -> None:
         if outcome == "lost":
             detail = "the claim was no longer this worker's; outcome not recorded"
-        outcomes.log_outcome(self._line(run, outcome, detail), run.claimed.kind, outcome,
-                             run.duration)
+        if count:
+            metrics.record_run(run.claimed.kind, outcome, run.duration)
+        outcomes.log_outcome(self._line(run, outcome, detail), outcome)
 
     def settle_before_exit(self) -> None:
         """One last try at writing; what fails is left to the supervisor,

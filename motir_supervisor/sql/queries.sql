@@ -376,6 +376,14 @@ WHERE locked_by = ANY(%(claimants)s::text[])
   AND id = ANY(%(ids)s::bigint[])
 RETURNING id, state;
 
+-- states_of_jobs --
+-- Where the rows of a dead worker's written outcomes stand: its supervisor
+-- counts in the fleet's metrics the runs the worker wrote but was killed
+-- before counting.
+SELECT id, state, kind
+FROM job_queue
+WHERE id = ANY(%(ids)s::bigint[]);
+
 -- expire_stale_leases --
 -- Any number of supervisors run this at once: SKIP LOCKED hands each batch to
 -- one of them, and nobody waits on a lock another reaper holds.
