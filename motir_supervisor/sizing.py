@@ -29,12 +29,17 @@ RESERVE_SECONDS = 0.01
 #: ...or within this many of the worker's round trips to the database, when
 #: its runs end often enough to make room in that time: a claim and a write
 #: of outcomes, which take turns on its one connection (3 to 7 ms each on the
-#: 2-core benchmark machine). With 32 slots of jobs that wait 100 ms, 10 ms
-#: capped by a claims' size of one was a reserve of one job, and a slot
-#: whose run ended while the top-up claim was out stood empty: from the
-#: first start to the last, 92-97 % of the ideal rate, against 95-97 % with
-#: two round trips of the runs that ended lately (4 runs each, in turns).
-RESERVE_ROUND_TRIPS = 2
+#: 2-core benchmark machine). Runs that start together end together, so the
+#: slots free up in bursts, not at the average rate: with 32 slots of jobs
+#: that wait 100 ms, two round trips of the average kept 3 jobs when a dozen
+#: slots freed at once, the rest waited for the top-up claim, and each wave
+#: of jobs came 3-9 ms late from the tenth on (traced per run, 3 runs each).
+#: Eight round trips (a dozen jobs there) keep every wave at 100-102 ms: from
+#: the first start to the last, 3.17-3.21 s against 3.25-3.41 s with two (the
+#: ideal is 3.1), 87-90 % of the ideal rate from the supervisor's start
+#: against 81-85 %, the two versions in turns. A job kept waits about eight
+#: round trips for its slot: 20-60 ms, at most a single run's length.
+RESERVE_ROUND_TRIPS = 8
 #: The runs that ended within this long say how fast slots free up.
 TURNOVER_WINDOW_SECONDS = 1.0
 #: Weight of the newest round trip in the running average of them.

@@ -173,9 +173,11 @@ def test_the_reserve_covers_the_round_trips_of_runs_that_end_often():
     assert rs(8, 0.00002, 512, 0.0, 0.004) == 512
     assert rs(8, 0.00002, 1, 0.0, 0.004) == 1  # after the queue ran dry
     # 32 slots of 100 ms jobs ending 320 times a second, round trips of
-    # 5 ms: the next 10 ms of endings, whatever the claims' size.
-    assert rs(32, 0.1, 1, 320.0, 0.005) == 3
-    assert rs(32, 0.1, 1, 320.0, 0.03) == 19
+    # 5 ms: the next 40 ms of endings (eight round trips, since runs end in
+    # bursts), whatever the claims' size; never more than the slots.
+    assert rs(32, 0.1, 1, 320.0, 0.005) == 12
+    assert rs(32, 0.1, 1, 320.0, 0.01) == 25
+    assert rs(32, 0.1, 1, 320.0, 0.03) == 32
     # Slots that have just filled: nothing ended lately, so only the
     # claims' size of one, as for jobs that take no time.
     assert rs(32, 0.1, 1, 0.0, 0.03) == 1
