@@ -341,6 +341,7 @@ class Holdings(OutcomeWriting):
             if run.is_async or run.timed_out or now < run.timeout_at:
                 continue
             if self.executor.time_out(run):
+                metrics.record_run(run.claimed.kind, "timed out", run.duration)
                 self._log(run, "timed out", f"ran past its timeout of"
                           f" {run.registration.timeout:g}s")
                 timed_out = True

@@ -117,7 +117,7 @@ class Settler:
     def _count_written_by_worker(self, item: PendingRelease, decided: dict[int, ledger.Entry],
                                  written_here: set[int]) -> None:
         """Count the runs whose outcomes the worker wrote but which it died
-        before counting: it frees an entry right after counting its run, so a
+        before counting: it counts a run right after freeing its entry, so a
         decided entry whose row no longer held the worker's claim is one. The
         row's state says the outcome; a row running again is a claim lost."""
         rest = [job_id for job_id in decided

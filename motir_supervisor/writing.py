@@ -125,18 +125,16 @@ class OutcomeWriting:
                                 for run, outcome in ended if outcome == "succeeded"])
         for run, outcome in ended:
             if outcome != "succeeded":
-                self._log(run, outcome, run.decision.summary, count=False)
+                self._log(run, outcome, run.decision.summary)
 
     def _line(self, run: Run, outcome: str, detail: str = "") -> str:
         job = run.claimed
         return outcomes.outcome_line(job.id, job.kind, job.attempt, job.max_attempts, outcome,
                                      run.duration, detail)
 
-    def _log(self, run: Run, outcome: str, detail: str = "", count: bool = True) -> None:
+    def _log(self, run: Run, outcome: str, detail: str = "") -> None:
         if outcome == "lost":
             detail = "the claim was no longer this worker's; outcome not recorded"
-        if count:
-            metrics.record_run(run.claimed.kind, outcome, run.duration)
         outcomes.log_outcome(self._line(run, outcome, detail), outcome)
 
     def settle_before_exit(self) -> None:
