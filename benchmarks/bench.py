@@ -51,6 +51,7 @@ from typing import Any, Sequence
 from benchmarks import dashboard_pages, job_model, waiting
 from benchmarks.peers import PeerRun, Runtimes, configurations
 from benchmarks.peers import measure as measure_peer
+from benchmarks.peers.timing import EMPTY_QUEUE_CHECK_SECONDS
 from tests.helpers import Sql, wait_until
 from tests.pgserver import ThrowawayPostgres, find_pg_ctl
 
@@ -64,9 +65,6 @@ DEFAULT_JSON = Path(".bench/results.json")
 #: history and idle measurements use that fleet, and pgbench as many clients.
 FLEET_WORKERS = 4
 PGBENCH_CLIENTS = 4
-#: How often a run checks for an empty queue: often enough that the check
-#: adds little to the timing, seldom enough that it adds nothing to the load.
-EMPTY_QUEUE_CHECK_SECONDS = 0.05
 #: The slowest rate any run is allowed before it counts as hung.
 SLOWEST_JOBS_PER_SECOND = 50
 #: A supervisor of no-op jobs drains at once; this only bounds a hang.

@@ -34,8 +34,7 @@ LATENCY_ROUNDS = 4
 #: Stamp jobs inserted at once to warm a fleet up: more than its job slots.
 WARM_UP_BURST = 100
 #: An IO-bound run samples its database connections at each check for an
-#: empty queue, every EMPTY_QUEUE_CHECK_SECONDS as for the peers (it was
-#: 0.1 s, which put off our runs' end by 25 ms on average against theirs),
+#: empty queue, every EMPTY_QUEUE_CHECK_SECONDS as for the peers,
 #: and its memory this seldom: reading smaps of 128 processes costs CPU.
 MEMORY_EVERY_SECONDS = 1.0
 

@@ -25,8 +25,6 @@ import logging
 import math
 import time
 
-import cronsim
-
 from . import db
 
 log = logging.getLogger("motir_supervisor.supervisor")
@@ -60,6 +58,7 @@ class Schedule:
         if not isinstance(schedule, str) or len(schedule.split()) != 5:
             raise ScheduleError(f"schedule of {kind!r} must be a five-field cron expression"
                                 f" (minute hour day month weekday) or seconds, got {schedule!r}")
+        import cronsim  # here, not at the top: most fleets schedule nothing
         try:
             cronsim.CronSim(schedule, datetime.datetime(2000, 1, 1, tzinfo=UTC))
         except cronsim.CronSimError as exc:
@@ -82,12 +81,14 @@ class Schedule:
         # Backwards from a whole second, cronsim starts before it: from the
         # next whole second, so that an instant equal to now is found.
         start = now.replace(microsecond=0) + datetime.timedelta(seconds=1)
+        import cronsim
         return next(cronsim.CronSim(self.spec, start, reverse=True))
 
     def following(self, now: datetime.datetime) -> datetime.datetime:
         """The first instant after ``now``."""
         if self.seconds is not None:
             return self.latest(now) + datetime.timedelta(seconds=self.seconds)
+        import cronsim
         return next(cronsim.CronSim(self.spec, now))
 
 

@@ -12,12 +12,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import secrets
-import shutil
 import select
 import signal
 import socket
-import tempfile
 import time
 from typing import Callable
 
@@ -102,11 +99,14 @@ class Supervisor:
     # -- the loop -------------------------------------------------------------
 
     def run(self) -> int:
-        self.identity = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
+        self.identity = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(2).hex()}"
         self._install_signals()
         log.info("supervisor %s starting %d workers on %s", self.identity, self.target_workers,
                  db.describe_dsn(self.config.database_url))
         if self.config.metrics_port:
+            # Imported here, like everything only some fleets use: a deploy's
+            # first jobs wait for every import of the supervisor's start.
+            import tempfile
             self.metrics_dir = tempfile.mkdtemp(prefix="motir-metrics-")
             metrics.enable(self.metrics_dir)
         try:
@@ -115,6 +115,7 @@ class Supervisor:
             if self.metrics_pid:
                 send_signal(self.metrics_pid, signal.SIGTERM)
             if self.metrics_dir:
+                import shutil
                 shutil.rmtree(self.metrics_dir, ignore_errors=True)
 
     def _supervise(self) -> int:

@@ -11,7 +11,7 @@
 // and failures batched with a delay of 0). It prints one JSON line: the
 // seconds from starting the workers to an empty queue, timed the way
 // bin/bench times motir-supervisor (worker start up included, the queue
-// checked every 50 ms), and how many jobs succeeded. A job does nothing, or
+// checked every 10 ms), and how many jobs succeeded. A job does nothing, or
 // with --wait-ms awaits a timer that long (bin/bench's IO-bound runs).
 //
 // The packages come from DIR (bin/bench's .bench/npm/node_modules), so

@@ -12,7 +12,7 @@
 // workers are stopped gracefully once the queue is empty. It prints one JSON
 // line: the seconds from starting the workers to an empty queue, timed the
 // way bin/bench times motir-supervisor (worker start up included, the queue
-// checked every 50 ms), and how many jobs completed. A job does nothing, or
+// checked every 10 ms), and how many jobs completed. A job does nothing, or
 // with --wait-ms awaits a timer that long (bin/bench's IO-bound runs; each
 // job of a batch its own timer, all at once).
 //

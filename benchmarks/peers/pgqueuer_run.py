@@ -9,7 +9,7 @@ the single connection its guide recommends for a worker) running
 ``run(batch_size=B, max_concurrent_tasks=M, mode=drain)``, which exits once
 the queue is empty. It prints one JSON line: the seconds from starting the
 workers to an empty queue, timed the way bin/bench times motir-supervisor
-(worker start up included, the queue checked every 50 ms), and how many
+(worker start up included, the queue checked every 10 ms), and how many
 jobs were logged successful. A job does nothing, or with ``--wait-ms`` awaits
 ``asyncio.sleep`` that long (bin/bench's IO-bound runs).
 
@@ -73,7 +73,7 @@ async def work(url: str, batch_size: int, max_concurrent_tasks: int | None,
 
 
 class QueueWatcher:
-    """One connection kept open for the 50 ms checks, as bin/bench keeps one."""
+    """One connection kept open for the checks, as bin/bench keeps one."""
 
     def __init__(self, url: str):
         self.loop = asyncio.new_event_loop()

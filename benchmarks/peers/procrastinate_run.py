@@ -7,7 +7,7 @@ processes, each ``App.run_worker_async(concurrency=C, wait=False)`` (a worker
 that stops once it has caught up with the queue). It prints one JSON line:
 the seconds from starting the workers to the moment no job is waiting or
 running, timed the way bin/bench times motir-supervisor (worker start up
-included, the queue checked every 50 ms), and how many jobs succeeded. A job
+included, the queue checked every 10 ms), and how many jobs succeeded. A job
 does nothing, or with ``--wait-ms`` awaits ``asyncio.sleep`` that long: a
 job that waits on a network, as bin/bench's IO-bound runs have it.
 
