@@ -209,6 +209,11 @@ class JobStore:
         """{job id: new state} for the rows still ours; the others are left alone."""
         return {job_id: state for job_id, state, _ in self.record_outcomes_of(claimant, outcomes)}
 
+    def record_successes(self, claimant: str, ids: list[int]) -> set[int]:
+        """Runs that all returned: the ids of the rows still ours, now succeeded."""
+        return {row[0] for row in self._run("record_successes",
+                                            {"claimant": claimant, "ids": ids})}
+
     def record_outcomes_of(self, claimant: str,
                            outcomes: Sequence[Outcome]) -> list[tuple[int, str, str]]:
         """(job id, new state, kind) of the rows still ours that were written."""

@@ -40,12 +40,8 @@ class OutcomeWriting:
             return
         recorded = [run for run in self._to_write if run.decision.state != ledger.RELEASE]
         if recorded:
-            states = self.store.record_outcomes(self.claimant, [
-                outcomes.as_outcome(run.claimed.id, run.decision) for run in recorded])
+            ended = self._record(recorded)
             self._took(now)
-            ended = [(run, outcomes.outcome_of(states.get(run.claimed.id),
-                                               run.decision.state == ledger.SNOOZED))
-                     for run in recorded]
             self._count_and_settle(ended)
             self._to_write = [r for r in self._to_write if r.decision.state == ledger.RELEASE]
             self._log_ended(ended)
@@ -56,6 +52,20 @@ class OutcomeWriting:
             self._count_and_settle(ended)
             self._to_write = []
             self._log_ended(ended)
+
+    def _record(self, runs: list[Run]) -> list[tuple[Run, str]]:
+        """Write the runs' outcomes; (run, outcome) for each."""
+        if all(run.decision is outcomes.SUCCESS for run in runs):
+            # The usual batch, written without an Outcome per run.
+            written = self.store.record_successes(self.claimant,
+                                                  [run.claimed.id for run in runs])
+            return [(run, "succeeded" if run.claimed.id in written else "lost")
+                    for run in runs]
+        states = self.store.record_outcomes(self.claimant, [
+            outcomes.as_outcome(run.claimed.id, run.decision) for run in runs])
+        return [(run, outcomes.outcome_of(states.get(run.claimed.id),
+                                          run.decision.state == ledger.SNOOZED))
+                for run in runs]
 
     def collect_finished(self) -> None:
         """Take the ended runs from the executor, their outcomes to be

@@ -90,6 +90,25 @@ def test_a_claim_hands_back_its_jobs_oldest_due_first(sql, store):
     assert [job.id for job in store.claim_due_jobs("c", 6, 30, None)[0]] == due
 
 
+@pytest.mark.parametrize("prepare", [True, False])
+def test_a_success_is_written_only_where_the_claim_is_still_the_writer_s(database_url, sql,
+                                                                         prepare):
+    store = db.JobStore(database_url, prepare=prepare)
+    try:
+        sql.rows("INSERT INTO job_queue (kind) SELECT 'x' FROM generate_series(1, 3)")
+        kept, taken, reaped = [job.id for job in store.claim_due_jobs("c", 3, 30, None)[0]]
+        # Another claimant took one over (its lease had expired); the reaper
+        # put another back.
+        sql.rows("UPDATE job_queue SET locked_by = 'other' WHERE id = %s", (taken,))
+        sql.rows("UPDATE job_queue SET state = 'pending', locked_by = NULL,"
+                 " lease_expires_at = NULL WHERE id = %s", (reaped,))
+        assert store.record_successes("c", [kept, taken, reaped]) == {kept}
+    finally:
+        store.close()
+    assert sql.rows("SELECT id, state, locked_by FROM job_queue ORDER BY id") == [
+        (kept, "succeeded", None), (taken, "running", "other"), (reaped, "pending", None)]
+
+
 def test_migrate_twice_is_a_no_op(database_url):
     store = db.JobStore(database_url)
     assert store.migrate() == []
