@@ -241,10 +241,12 @@ class Executor:
                 thread = self._idle.pop()
                 thread.run = run
                 self._last_starter = thread
-                thread.took.clear()
-                thread.event.set()
                 if me is None and self._woken is None:
+                    # Only submit() waits for it (a hand-over between
+                    # handler threads leaves it alone).
+                    thread.took.clear()
                     self._woken = thread
+                thread.event.set()
             else:
                 thread = _Thread(run)
                 self._last_starter = thread
