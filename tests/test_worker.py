@@ -72,6 +72,23 @@ def test_a_delayed_job_starts_at_its_run_at_not_at_the_next_poll(executions, sta
     assert 0 <= late < 0.5, late
 
 
+def test_a_run_whose_claim_was_taken_over_is_not_recorded(executions, start_supervisor):
+    taken = enqueue(executions, "record", '{"sleep": 1.5}')
+    kept = enqueue(executions, "record", '{"sleep": 1.5}')
+    supervisor = start_supervisor("--workers", "1")
+    wait_until(lambda: executions.value("SELECT count(*) FROM test_executions") == 2, 10,
+               message="both jobs running")
+    # Another supervisor took the claim over, as after a lease that expired.
+    executions.rows("UPDATE job_queue SET locked_by = 'another supervisor' WHERE id = %s",
+                    (taken,))
+    wait_until(lambda: state_of(executions, kept) == "succeeded", 10, message="kept succeeded")
+    wait_until(lambda: f"job {taken} record attempt 1/5 lost" in supervisor.output(), 5,
+               message="the taken run logged as lost")
+    assert executions.rows("SELECT state, locked_by, finished_at FROM job_queue WHERE id = %s",
+                           (taken,)) == [("running", "another supervisor", None)]
+    assert f"job {taken} record attempt 1/5 succeeded" not in supervisor.output()
+
+
 def test_queues_limit_what_a_supervisor_claims(executions, start_supervisor):
     mail = enqueue(executions, "record", queue="mail")
     other = enqueue(executions, "record", queue="reports")
