@@ -255,7 +255,9 @@ def read_cpu_ticks(pid: int) -> int | None:
 
 #: To compare with another version: a folder holding only that version's
 #: motir_supervisor package (git archive REV motir_supervisor | tar -x -C DIR).
-#: The fleets run it; the jobs' handlers still come from this checkout.
+#: The fleets run it, and its migrations make the schema (``python -m`` finds
+#: the package in its working directory first); the jobs' handlers still
+#: come from this checkout.
 OTHER_VERSION = os.environ.get("MOTIR_BENCH_SUPERVISOR_ROOT")
 FLEET_CWD = Path(OTHER_VERSION) if OTHER_VERSION else ROOT
 
@@ -356,7 +358,7 @@ class Bench:
         self.pg = pg
         self.settings = settings
         self.url = pg.create_database(DATABASE)
-        subprocess.run([*CLI, "migrate"], env=supervisor_environment(self.url), cwd=ROOT,
+        subprocess.run([*CLI, "migrate"], env=supervisor_environment(self.url), cwd=FLEET_CWD,
                        check=True, stdout=subprocess.DEVNULL)
         self.logs = pg.base / "logs"
         self.logs.mkdir()

@@ -81,6 +81,14 @@ def test_a_row_takes_its_kinds_lane_however_it_arrives(sql, store):
     assert sql.value("SELECT limited FROM job_queue WHERE id = %s", (old,))
     sql.rows("UPDATE job_queue SET kind = 'a' WHERE kind = 'b'")
     assert _lanes(sql) == {"a": True, "c": True}
+    # A client's own revive of several finished rows at once, claiming a
+    # lane for them, gets the lane of each row's kind.
+    revived = sql.rows(
+        "INSERT INTO job_queue (kind, state, finished_at) SELECT kind, 'failed', now()"
+        " FROM unnest(ARRAY['a', 'd', 'a', 'd']) AS kind RETURNING id")
+    sql.rows("UPDATE job_queue SET state = 'pending', limited = kind = 'd'"
+             " WHERE id = ANY(%s)", ([row[0] for row in revived],))
+    assert _lanes(sql) == {"a": True, "c": True, "d": False}
 
 
 def test_the_limited_claim_takes_only_free_slots_and_the_regular_claim_none(sql, store):

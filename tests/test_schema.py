@@ -109,6 +109,38 @@ def test_a_success_is_written_only_where_the_claim_is_still_the_writer_s(databas
         (kept, "succeeded", None), (taken, "running", "other"), (reaped, "pending", None)]
 
 
+def _pages(sql):
+    return dict(sql.rows("SELECT id, (ctid::text::point)[0] FROM job_queue"))
+
+
+def test_a_claim_and_its_outcome_keep_each_row_on_its_page(sql, store):
+    # Neither update can be HOT, but one that finds room on the row's page
+    # writes less than one that moves it: with the pages full, as the
+    # inserts left them before migration 0006, every claim and every
+    # outcome moved its row, each with a row lock in the WAL on top.
+    sql.rows("INSERT INTO job_queue (kind) SELECT 'x' FROM generate_series(1, 2000)")
+    inserted = _pages(sql)
+    claimed = [job.id for job in store.claim_due_jobs("c", 2000, 30, None)[0]]
+    assert len(claimed) == 2000
+    after_claim = _pages(sql)
+    assert store.record_successes("c", claimed) == set(claimed)
+    after_outcome = _pages(sql)
+    moved_at_claim = sum(after_claim[i] != inserted[i] for i in claimed)
+    moved_at_outcome = sum(after_outcome[i] != after_claim[i] for i in claimed)
+    assert moved_at_claim <= 100 and moved_at_outcome <= 100, (moved_at_claim, moved_at_outcome)
+
+
+def test_no_row_level_trigger_runs_before_an_update_of_job_queue(sql):
+    # PostgreSQL locks every row an UPDATE touches before calling such a
+    # trigger, whatever its WHEN says: a WAL record per row of every outcome
+    # written. Routing a revived row is an AFTER trigger (migration 0006).
+    before_update_row = 1 | 2 | 16  # TRIGGER_TYPE_ROW, _BEFORE, _UPDATE
+    assert sql.rows(
+        "SELECT tgname FROM pg_trigger WHERE tgrelid = 'job_queue'::regclass"
+        " AND NOT tgisinternal AND tgtype & %s = %s",
+        (before_update_row, before_update_row)) == []
+
+
 def test_migrate_twice_is_a_no_op(database_url):
     store = db.JobStore(database_url)
     assert store.migrate() == []
