@@ -36,6 +36,26 @@ def test_a_claim_takes_smaller_priorities_first_then_the_oldest_due(sql, store):
     assert [j.kind for j in store.claim_due_jobs("c", 3, 30, None)[0]] == ["late"]
 
 
+def test_a_claim_says_whether_a_due_row_follows_its_last_one(sql, store):
+    sql.rows("INSERT INTO job_queue (kind, run_at) SELECT 'x', now() - g * interval '1 s'"
+             " FROM generate_series(1, 3) AS g")
+    sql.rows("INSERT INTO job_queue (kind, queue) VALUES ('x', 'other')")
+    sql.rows("INSERT INTO job_queue (kind, run_at) VALUES ('x', now() + interval '1 hour')")
+    # The third due row follows in the same priority...
+    assert store.claim_due_jobs("c", 2, 30, ["default"])[1]
+    # ...and after it only another queue's row and one not due yet.
+    jobs, more_due = store.claim_due_jobs("c", 1, 30, ["default"])
+    assert len(jobs) == 1 and not more_due
+    # A due row of a greater priority follows the last one claimed, however
+    # long it has been due; the row another claimant took does not.
+    sql.rows("INSERT INTO job_queue (kind, priority, run_at) VALUES ('x', 0, now()),"
+             " ('x', 0, now()), ('x', 3, now() - interval '1 hour')")
+    [held] = store.claim_due_jobs("other", 1, 30, ["default"])[0]
+    jobs, more_due = store.claim_due_jobs("c", 1, 30, ["default"])
+    assert [j.priority for j in jobs] == [0] and jobs[0].id != held.id and more_due
+    assert not store.claim_due_jobs("c", 1, 30, ["default"])[1]
+
+
 def test_a_higher_priority_job_is_the_first_entry_behind_a_deep_backlog(sql, store):
     sql.rows("INSERT INTO job_queue (kind, priority) SELECT 'bulk', 10"
              " FROM generate_series(1, 50000)")

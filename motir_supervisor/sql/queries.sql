@@ -39,11 +39,14 @@ SET jit = off;
 -- claim_limited_jobs.
 --
 -- more_due says whether a due row is left beside the ones claimed, so that
--- a worker whose claim took all it asked for can wake another one: the same
--- walk, priority by priority, past the rows just claimed (which this
--- statement's snapshot still sees pending). NOT IN of the subquery is
--- hashed: `id <> ALL` of an array compared every row with every claimed id,
--- 8 ms of a 14 ms claim of 512 jobs.
+-- a worker whose claim took all it asked for can wake another one. Every
+-- due row ahead of the last one claimed, in the claim's order, is either
+-- claimed now or held by another claim (SKIP LOCKED passed it), so the
+-- look starts right after that row: in its priority, from its (run_at, id)
+-- on, a range of job_queue_claim; then in each greater priority, from the
+-- start. Walking instead from the start of the lane past the rows just
+-- claimed (which this statement's snapshot still sees pending) read every
+-- one of them a second time: a twelfth of the server's CPU for each job.
 WITH priorities AS (
     SELECT priority FROM job_queue_priorities
 ), claimed AS (
@@ -77,26 +80,36 @@ WITH priorities AS (
     ))
     RETURNING j.id, j.queue, j.kind, j.payload, j.attempts, j.max_attempts, j.checkpoint,
               j.priority, j.run_at
+), last_claimed AS (
+    SELECT priority, run_at, id
+    FROM claimed
+    ORDER BY priority DESC, run_at DESC, id DESC
+    LIMIT 1
 )
 SELECT id, queue, kind, payload, attempts, max_attempts, checkpoint, priority,
        EXISTS (
            SELECT
-           FROM priorities AS p
+           FROM last_claimed AS l
+           JOIN priorities AS p ON p.priority >= l.priority
            CROSS JOIN LATERAL (
                SELECT
                FROM job_queue AS n
                WHERE n.state = 'pending'
                  AND NOT n.limited
                  AND n.priority = p.priority
+                 -- After the last claimed row in its priority, from the
+                 -- start in the greater ones: a bound of the index's range
+                 -- either way (an OR of the two would be a filter).
+                 AND (n.run_at, n.id) > (
+                     CASE WHEN p.priority = l.priority THEN l.run_at ELSE '-infinity' END,
+                     CASE WHEN p.priority = l.priority THEN l.id ELSE -9223372036854775808 END)
                  AND n.run_at <= now()
                  AND (%(queues)s::text[] IS NULL OR n.queue = ANY(%(queues)s::text[]))
                  AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
                       OR n.queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
-                 AND n.id NOT IN (SELECT id FROM claimed)
                ORDER BY n.run_at, n.id
                LIMIT 1
-           ) AS left_over
-           WHERE p.priority IS NOT NULL) AS more_due
+           ) AS left_over) AS more_due
 FROM claimed
 ORDER BY priority, run_at, id;
 
