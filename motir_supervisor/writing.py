@@ -29,7 +29,8 @@ WRITE_EVERY_SECONDS = 0.02
 class OutcomeWriting:
     def write_finished(self, now_or_never: bool = False) -> None:
         """Write the ended runs' outcomes not written yet: one statement for
-        the outcomes, one for the runs that stopped at a checkpoint. While
+        the successes, one for the other outcomes, one for the runs that
+        stopped at a checkpoint. While
         others run, only once WRITE_EVERY_SECONDS have passed (see there),
         unless ``now_or_never``."""
         now = time.monotonic()
@@ -39,12 +40,21 @@ class OutcomeWriting:
         if not self._to_write:
             return
         recorded = [run for run in self._to_write if run.decision.state != ledger.RELEASE]
-        if recorded:
-            ended = self._record(recorded)
-            self._took(now)
-            self._count_and_settle(ended)
-            self._to_write = [r for r in self._to_write if r.decision.state == ledger.RELEASE]
-            self._log_ended(ended)
+        # The successes in one plain statement, the other outcomes (usually
+        # none, or a few) in the one that decides each row's state, whose
+        # join may grow with the square of what it is sent. Each is settled
+        # as soon as it is written, so a failure of the second leaves only
+        # its own runs to write again.
+        succeeded = [run for run in recorded if run.decision is outcomes.SUCCESS]
+        others = [run for run in recorded if run.decision is not outcomes.SUCCESS]
+        for runs, record in ((succeeded, self._record_successes), (others, self._record)):
+            if runs:
+                sent = time.monotonic()
+                ended = record(runs)
+                self._took(sent)
+                self._count_and_settle(ended)
+                self._to_write = [r for r in self._to_write if not r.written]
+                self._log_ended(ended)
         if self._to_write:
             stopped = self._to_write
             self.store.release_claims_of([self.claimant], [run.claimed.id for run in stopped])
@@ -53,14 +63,13 @@ class OutcomeWriting:
             self._to_write = []
             self._log_ended(ended)
 
+    def _record_successes(self, runs: list[Run]) -> list[tuple[Run, str]]:
+        """Write the successes of runs that returned; (run, outcome) for each."""
+        written = self.store.record_successes(self.claimant, [run.claimed.id for run in runs])
+        return [(run, "succeeded" if run.claimed.id in written else "lost") for run in runs]
+
     def _record(self, runs: list[Run]) -> list[tuple[Run, str]]:
         """Write the runs' outcomes; (run, outcome) for each."""
-        if all(run.decision is outcomes.SUCCESS for run in runs):
-            # The usual batch, written without an Outcome per run.
-            written = self.store.record_successes(self.claimant,
-                                                  [run.claimed.id for run in runs])
-            return [(run, "succeeded" if run.claimed.id in written else "lost")
-                    for run in runs]
         states = self.store.record_outcomes(self.claimant, [
             outcomes.as_outcome(run.claimed.id, run.decision) for run in runs])
         return [(run, outcomes.outcome_of(states.get(run.claimed.id),
