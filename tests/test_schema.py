@@ -120,21 +120,20 @@ def _pages(sql):
     return dict(sql.rows("SELECT id, (ctid::text::point)[0] FROM job_queue"))
 
 
-def test_a_claim_and_its_outcome_keep_each_row_on_its_page(sql, store):
+def test_a_claim_keeps_each_row_on_its_page(sql, store):
     # Neither update can be HOT, but one that finds room on the row's page
     # writes less than one that moves it: with the pages full, as the
-    # inserts left them before migration 0006, every claim and every
-    # outcome moved its row, each with a row lock in the WAL on top.
+    # inserts left them before migration 0006, every claim moved its row,
+    # with a row lock in the WAL on top. (The outcome's version finds room
+    # once the inserted one is pruned, which any older snapshot in the
+    # database, an autovacuum's say, may put off: not asserted here.)
     sql.rows("INSERT INTO job_queue (kind) SELECT 'x' FROM generate_series(1, 2000)")
     inserted = _pages(sql)
     claimed = [job.id for job in store.claim_due_jobs("c", 2000, 30, None)[0]]
     assert len(claimed) == 2000
     after_claim = _pages(sql)
-    assert store.record_successes("c", claimed) == set(claimed)
-    after_outcome = _pages(sql)
-    moved_at_claim = sum(after_claim[i] != inserted[i] for i in claimed)
-    moved_at_outcome = sum(after_outcome[i] != after_claim[i] for i in claimed)
-    assert moved_at_claim <= 100 and moved_at_outcome <= 100, (moved_at_claim, moved_at_outcome)
+    moved = sum(after_claim[i] != inserted[i] for i in claimed)
+    assert moved <= 100, moved
 
 
 def test_no_row_level_trigger_runs_before_an_update_of_job_queue(sql):
@@ -216,6 +215,15 @@ def test_a_row_put_back_to_pending_notifies_and_other_updates_do_not(sql, databa
 def test_a_running_row_must_name_its_claimant(sql):
     with pytest.raises(psycopg2.errors.CheckViolation):
         sql.rows("INSERT INTO job_queue (kind, state) VALUES ('x', 'running')")
+
+
+@pytest.mark.parametrize("state", ["pending", "succeeded", "failed", "cancelled"])
+def test_only_a_running_row_may_have_a_claimant_and_a_lease(sql, state):
+    # The writes' fences (record_successes, record_outcomes, renew_leases)
+    # take a claimant and a lease for a running row: this is why they may.
+    with pytest.raises(psycopg2.errors.CheckViolation):
+        sql.rows("INSERT INTO job_queue (kind, state, locked_by, lease_expires_at)"
+                 " VALUES ('x', %s, 'w', now())", (state,))
 
 
 @pytest.mark.parametrize("prepare", [True, False])
