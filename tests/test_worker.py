@@ -89,6 +89,28 @@ def test_a_run_whose_claim_was_taken_over_is_not_recorded(executions, start_supe
     assert f"job {taken} record attempt 1/5 succeeded" not in supervisor.output()
 
 
+def test_a_write_of_successes_and_failures_together_records_each(executions, start_supervisor):
+    # One worker claims them in batches, so its writes hold both kinds: the
+    # successes go in one statement and the failures in another.
+    ids = executions.rows(
+        "INSERT INTO job_queue (kind, max_attempts) SELECT"
+        " CASE WHEN g % 3 = 0 THEN 'fail' ELSE 'record' END, 1"
+        " FROM generate_series(1, 60) AS g RETURNING id, kind")
+    supervisor = start_supervisor("--workers", "1")
+    wait_until(lambda: executions.value(
+        "SELECT count(*) FROM job_queue WHERE state IN ('succeeded', 'failed')") == 60,
+        20, message="every job finished")
+    states = dict(executions.rows("SELECT id, state FROM job_queue"))
+    assert {job_id: states[job_id] for job_id, _ in ids} == {
+        job_id: "failed" if kind == "fail" else "succeeded" for job_id, kind in ids}
+    # Each ran once: none was written twice or lost and run again.
+    assert executions.rows("SELECT count(*), count(DISTINCT job_id) FROM test_executions") == [
+        (60, 60)]
+    assert " lost" not in supervisor.output()
+    wait_until(lambda: supervisor.output().count(" succeeded in ") == 40, 5,
+               message="a line per success")
+
+
 def test_queues_limit_what_a_supervisor_claims(executions, start_supervisor):
     mail = enqueue(executions, "record", queue="mail")
     other = enqueue(executions, "record", queue="reports")
