@@ -210,26 +210,29 @@ class JobStore:
         return {job_id: state for job_id, state, _ in self.record_outcomes_of(claimant, outcomes)}
 
     def record_successes(self, claimant: str, ids: list[int]) -> set[int]:
-        """Runs that all returned: the ids of the rows still ours, now succeeded."""
+        """Runs that returned: the ids of the rows still ours, now succeeded."""
         return {row[0] for row in self._run("record_successes",
                                             {"claimant": claimant, "ids": ids})}
 
     def record_outcomes_of(self, claimant: str,
                            outcomes: Sequence[Outcome]) -> list[tuple[int, str, str]]:
-        """(job id, new state, kind) of the rows still ours that were written."""
-        if not outcomes:
-            return []
-        if all(o.error is None and not o.snoozed for o in outcomes):
-            rows = self._run("record_successes", {
-                "claimant": claimant, "ids": [o.job_id for o in outcomes]})
-        else:
-            rows = self._run("record_outcomes", {
+        """(job id, new state, kind) of the rows still ours that were written:
+        the successes by record_successes, the other outcomes (usually few)
+        by record_outcomes, whose join may grow with the square of what it
+        is sent (see there)."""
+        rows = []
+        successes = [o.job_id for o in outcomes if o.error is None and not o.snoozed]
+        if successes:
+            rows += self._run("record_successes", {"claimant": claimant, "ids": successes})
+        others = [o for o in outcomes if o.error is not None or o.snoozed]
+        if others:
+            rows += self._run("record_outcomes", {
                 "claimant": claimant,
-                "ids": [o.job_id for o in outcomes],
-                "errors": [o.error for o in outcomes],
-                "retry_in_seconds": [o.retry_in_seconds for o in outcomes],
-                "permanent": [o.permanent for o in outcomes],
-                "snoozed": [o.snoozed for o in outcomes]})
+                "ids": [o.job_id for o in others],
+                "errors": [o.error for o in others],
+                "retry_in_seconds": [o.retry_in_seconds for o in others],
+                "permanent": [o.permanent for o in others],
+                "snoozed": [o.snoozed for o in others]})
         return [tuple(row) for row in rows]
 
     def save_checkpoint(self, job_id: int, claimant: str, data: Any) -> bool:

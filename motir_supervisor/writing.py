@@ -30,9 +30,8 @@ class OutcomeWriting:
     def write_finished(self, now_or_never: bool = False) -> None:
         """Write the ended runs' outcomes not written yet: one statement for
         the successes, one for the other outcomes, one for the runs that
-        stopped at a checkpoint. While
-        others run, only once WRITE_EVERY_SECONDS have passed (see there),
-        unless ``now_or_never``."""
+        stopped at a checkpoint. While others run, only once
+        WRITE_EVERY_SECONDS have passed (see there), unless ``now_or_never``."""
         now = time.monotonic()
         if not now_or_never and self._may_wait(now):
             return
@@ -40,14 +39,13 @@ class OutcomeWriting:
         if not self._to_write:
             return
         recorded = [run for run in self._to_write if run.decision.state != ledger.RELEASE]
-        # The successes in one plain statement, the other outcomes (usually
-        # none, or a few) in the one that decides each row's state, whose
-        # join may grow with the square of what it is sent. Each is settled
-        # as soon as it is written, so a failure of the second leaves only
-        # its own runs to write again.
+        # The successes and the other outcomes go in statements of their
+        # own (see db.JobStore.record_outcomes_of), and each is settled as
+        # soon as it is written, so a failure of the second leaves only its
+        # own runs to write again.
         succeeded = [run for run in recorded if run.decision is outcomes.SUCCESS]
         others = [run for run in recorded if run.decision is not outcomes.SUCCESS]
-        for runs, record in ((succeeded, self._record_successes), (others, self._record)):
+        for runs, record in ((succeeded, self._record_successes), (others, self._record_outcomes)):
             if runs:
                 sent = time.monotonic()
                 ended = record(runs)
@@ -68,8 +66,9 @@ class OutcomeWriting:
         written = self.store.record_successes(self.claimant, [run.claimed.id for run in runs])
         return [(run, "succeeded" if run.claimed.id in written else "lost") for run in runs]
 
-    def _record(self, runs: list[Run]) -> list[tuple[Run, str]]:
-        """Write the runs' outcomes; (run, outcome) for each."""
+    def _record_outcomes(self, runs: list[Run]) -> list[tuple[Run, str]]:
+        """Write the outcomes of runs that did not simply succeed; (run,
+        outcome) for each."""
         states = self.store.record_outcomes(self.claimant, [
             outcomes.as_outcome(run.claimed.id, run.decision) for run in runs])
         return [(run, outcomes.outcome_of(states.get(run.claimed.id),

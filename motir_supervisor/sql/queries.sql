@@ -290,8 +290,8 @@ WHERE id = ANY(%(ids)s::bigint[])
 RETURNING id, cancel_requested;
 
 -- record_successes --
--- record_outcomes below, for the common case of a batch whose runs all
--- returned. Without the per-row decision and its join, and with far less to
+-- record_outcomes below, for the runs of a batch that returned (the others
+-- go there). Without the per-row decision and its join, and with far less to
 -- plan, the server spends about two fifths less on each job than the
 -- general statement does. Fenced as renew_leases is, on the claimant and a
 -- lease rather than on the state: the statistics of a table whose rows were
@@ -319,9 +319,9 @@ RETURNING id, state, kind;
 -- pending after its backoff, or ends failed on its last attempt or when the
 -- handler asked for no retry, or cancelled when an operator asked for that.
 -- A snoozed run (the handler raised Snooze) goes back to pending after its
--- delay with its attempt handed back and the last error kept. Workers send
--- successes to record_successes, so what comes here is the failures and
--- snoozes of a batch, usually few. The fence names a claimant
+-- delay with its attempt handed back and the last error kept. Successes go
+-- to record_successes (db.JobStore.record_outcomes_of), so what comes here
+-- is the failures and snoozes of a batch, usually few. The fence names a claimant
 -- and a lease, not the state, as in record_successes, and the target rows
 -- are named by their ids once more: with the state, the generic plan joined
 -- every running row of the fleet with every outcome (140 ms for a write of
