@@ -16,19 +16,21 @@ signal and never forks.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import heapq
 import logging
 import os
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import setproctitle
 
 from . import ledger, outcomes, registry
 from .runs import Run
+
+if TYPE_CHECKING:
+    import asyncio
 
 #: Runs shorter than this on average (no-ops, cache writes) mostly hold the
 #: interpreter lock: a second thread would only contend for it, so the
@@ -297,7 +299,7 @@ class Executor:
     def _job_handle(self, run: Run) -> registry.Job:
         job = run.claimed
         return registry.Job(
-            id=job.id, kind=job.kind, queue=job.queue, payload=job.payload,
+            id=job.id, kind=job.kind, queue=job.queue, payload_json=job.payload_json,
             attempt=job.attempt, max_attempts=job.max_attempts,
             checkpoint_data=job.checkpoint_data, stopping=run.stopping,
             save_checkpoint=lambda data: self._save_checkpoint(job.id, data))
@@ -346,9 +348,19 @@ class Executor:
 
     # -- the event loop ---------------------------------------------------------------
 
+    def start_event_loop(self) -> None:
+        """Start the loop of async handlers now (the worker does, at boot, when
+        its apps registered one), so that neither the import of asyncio nor
+        the loop's start falls on a first async run, under the lock."""
+        self._event_loop()
+
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         """The loop of async handlers, started on first use."""
         if self._loop is None:
+            # Imported here: a fleet of def handlers only would otherwise
+            # wait for asyncio's imports (13 of the 70 ms a supervisor spends
+            # importing on the 2-core VM) before its first job.
+            import asyncio
             started = threading.Event()
 
             def serve() -> None:
@@ -364,6 +376,7 @@ class Executor:
         self._loop.create_task(self._run_async(run))
 
     async def _run_async(self, run: Run) -> None:
+        import asyncio  # imported by _event_loop already: a lookup in sys.modules
         error = None
         timeout = run.registration.timeout
         try:

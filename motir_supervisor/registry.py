@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import json
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 if TYPE_CHECKING:
@@ -119,6 +120,11 @@ def registered_kinds() -> list[str]:
     return sorted(_registry)
 
 
+def any_async() -> bool:
+    """Whether an ``async def`` handler is registered."""
+    return any(r.is_async for r in _registry.values())
+
+
 def limits() -> dict[str, int | None]:
     """{kind: max_running or None} of every registered kind."""
     return {kind: r.max_running for kind, r in sorted(_registry.items())}
@@ -161,21 +167,41 @@ class Job:
     finds that progress in ``checkpoint_data``.
     """
 
-    __slots__ = ("id", "kind", "queue", "payload", "attempt", "max_attempts",
+    __slots__ = ("id", "kind", "queue", "_payload", "_payload_json", "attempt", "max_attempts",
                  "checkpoint_data", "_stopping", "_save_checkpoint")
 
-    def __init__(self, *, id: int, kind: str, queue: str, payload: Any, attempt: int,
+    def __init__(self, *, id: int, kind: str, queue: str, payload: Any = None, attempt: int,
                  max_attempts: int, checkpoint_data: Any, stopping: StopRequest,
-                 save_checkpoint: Callable[[Any], bool]):
+                 save_checkpoint: Callable[[Any], bool], payload_json: str | None = None):
         self.id = id
         self.kind = kind
         self.queue = queue
-        self.payload = payload
+        #: The payload, or (from a worker's claim) its JSON text until first read.
+        self._payload = payload
+        self._payload_json = payload_json
         self.attempt = attempt
         self.max_attempts = max_attempts
         self.checkpoint_data = checkpoint_data
         self._stopping = stopping
         self._save_checkpoint = save_checkpoint
+
+    @property
+    def payload(self) -> Any:
+        """The job's input, decoded from the row's JSON when first read: a
+        handler that never reads it (a no-op, a cache refresh named by its
+        kind) never pays for the decoding, nor does the worker's main thread,
+        which claims every job."""
+        text = self._payload_json
+        if text is not None:
+            # The value first, then the text cleared: another thread of the
+            # handler that reads meanwhile finds one or the other.
+            self._payload = json.loads(text)
+            self._payload_json = None
+        return self._payload
+
+    @payload.setter
+    def payload(self, value: Any) -> None:
+        self._payload, self._payload_json = value, None
 
     @property
     def stopping(self) -> bool:

@@ -130,6 +130,8 @@ class Worker(Waiting):
             log.error("worker %d: %s", self.index, exc)
             return EXIT_BOOT_FAILURE
         self._schedules = [r.schedule for r in registry.scheduled()]
+        if registry.any_async():
+            self.executor.start_event_loop()
         if warning := self.recycling.warning_at_boot():
             log.warning("worker %d %s", self.index, warning)
         self._report_ready()
