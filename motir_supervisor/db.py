@@ -53,7 +53,8 @@ class ClaimedJob(NamedTuple):
     id: int
     queue: str
     kind: str
-    payload: Any
+    #: The payload as the row's JSON text, decoded by the handler's handle.
+    payload_json: str
     attempt: int
     max_attempts: int
     checkpoint_data: Any

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import os
 from typing import Any, Callable, Sequence
 
@@ -167,7 +168,8 @@ def drain(database: str | db.JobStore, *, queues: Sequence[str] | None = None,
 
 def _run_claimed(store: db.JobStore, job: db.ClaimedJob, retry_base_seconds: float,
                  retry_max_seconds: float) -> JobOutcome:
-    return run_job(job.kind, job.payload, attempt=job.attempt, max_attempts=job.max_attempts,
-                   checkpoint_data=job.checkpoint_data, job_id=job.id, queue=job.queue,
+    return run_job(job.kind, json.loads(job.payload_json), attempt=job.attempt,
+                   max_attempts=job.max_attempts, checkpoint_data=job.checkpoint_data,
+                   job_id=job.id, queue=job.queue,
                    retry_base_seconds=retry_base_seconds, retry_max_seconds=retry_max_seconds,
                    save_checkpoint=lambda data: store.save_checkpoint(job.id, CLAIMANT, data))

@@ -16,8 +16,8 @@ WHERE j.id IN (SELECT id FROM job_queue
                WHERE state = 'pending' AND run_at <= now()
                  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
                ORDER BY run_at, id LIMIT %(limit)s)
-RETURNING j.id, j.queue, j.kind, j.payload, j.attempts, j.max_attempts, j.checkpoint,
-          j.priority, false
+RETURNING j.id, j.queue, j.kind, j.payload::text AS payload, j.attempts, j.max_attempts,
+          j.checkpoint, j.priority, false
 """
 
 if __name__ == "__main__":

@@ -300,7 +300,8 @@ def test_an_urgent_run_starts_before_the_ready_runs_of_a_batch_claimed_earlier()
 
     def runs(names, priority):
         claim = Claim(0.0, 1, len(names))
-        return [Run(db.ClaimedJob(job_id, "default", "ordered", name, 1, 5, None, priority),
+        return [Run(db.ClaimedJob(job_id, "default", "ordered", json.dumps(name), 1, 5, None,
+                                  priority),
                     claim, entries.claim(job_id), registration)
                 for job_id, name in zip(ids, names)]
 

@@ -38,6 +38,10 @@ SET jit = off;
 -- Jobs of a limited kind are not this claim's (migrations/0004): see
 -- claim_limited_jobs.
 --
+-- The payload comes back as the row's JSON text: the handle decodes it
+-- when a handler first reads it (see registry.Job.payload), not the
+-- worker's main thread for every job it claims.
+--
 -- more_due says whether a due row is left beside the ones claimed, so that
 -- a worker whose claim took all it asked for can wake another one. Every
 -- due row ahead of the last one claimed, in the claim's order, is either
@@ -78,7 +82,7 @@ WITH priorities AS (
         WHERE p.priority IS NOT NULL
         LIMIT %(limit)s
     ))
-    RETURNING j.id, j.queue, j.kind, j.payload, j.attempts, j.max_attempts, j.checkpoint,
+    RETURNING j.id, j.queue, j.kind, j.payload::text AS payload, j.attempts, j.max_attempts, j.checkpoint,
               j.priority, j.run_at
 ), last_claimed AS (
     SELECT priority, run_at, id
@@ -266,7 +270,7 @@ WITH RECURSIVE free AS (
         attempts = j.attempts + 1,
         started_at = now()
     WHERE j.id = ANY(ARRAY(SELECT id FROM chosen))
-    RETURNING j.id, j.queue, j.kind, j.payload, j.attempts, j.max_attempts, j.checkpoint,
+    RETURNING j.id, j.queue, j.kind, j.payload::text AS payload, j.attempts, j.max_attempts, j.checkpoint,
               j.priority, j.run_at
 )
 SELECT id, queue, kind, payload, attempts, max_attempts, checkpoint, priority,
