@@ -365,3 +365,36 @@ def test_the_job_limit_is_reached_when_the_claim_budget_is_spent():
     assert policy.reason(0) == f"after {limit} jobs"
     assert recycling.Recycling(1, 0).reason(0) == "after 1 job"
     assert recycling.Recycling(0, 0).reason(-5) is None  # off: never
+
+
+def test_a_claimed_job_s_payload_is_decoded_when_its_handler_first_reads_it():
+    from motir_supervisor.runs import StopFlag
+
+    def handle(payload_json):
+        return registry.Job(id=7, kind="send", queue="default", attempt=1, max_attempts=5,
+                            checkpoint_data=None, stopping=StopFlag(),
+                            save_checkpoint=lambda data: True, payload_json=payload_json)
+
+    j = handle('{"to": "a@b.c", "tries": [1, 2]}')
+    assert j.payload == {"to": "a@b.c", "tries": [1, 2]}
+    assert j.payload is j.payload  # decoded once: a handler's changes to it stay
+    j.payload = {"to": "x@y.z"}
+    assert j.payload == {"to": "x@y.z"}
+    assert handle('"plain"').payload == "plain" and handle("null").payload is None
+    # Nothing is decoded until it is read: a handle whose text is not JSON
+    # is built, and only reading its payload fails.
+    unread = handle("not json")
+    with pytest.raises(json.JSONDecodeError):
+        unread.payload
+
+
+def test_a_supervisor_of_def_handlers_imports_no_asyncio():
+    # A deploy's first jobs wait for every import before the fork; asyncio
+    # comes in only with an async def handler's event loop.
+    import subprocess
+    import sys
+    probe = ("import sys, motir_supervisor.cli, motir_supervisor.worker;"
+             " print('asyncio' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "False"
