@@ -11,6 +11,7 @@ import dataclasses
 import importlib
 import inspect
 import json
+import threading
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 if TYPE_CHECKING:
@@ -65,6 +66,9 @@ class Registration:
 
 
 _registry: dict[str, Registration] = {}
+#: Held while a handle's payload is decoded or set: a handler may read it
+#: from threads of its own, and all of them must get the one value.
+_PAYLOAD_LOCK = threading.Lock()
 
 
 def job(kind: str, *, timeout: float | None = None,
@@ -191,17 +195,19 @@ class Job:
         handler that never reads it (a no-op, a cache refresh named by its
         kind) never pays for the decoding, nor does the worker's main thread,
         which claims every job."""
-        text = self._payload_json
-        if text is not None:
-            # The value first, then the text cleared: another thread of the
-            # handler that reads meanwhile finds one or the other.
-            self._payload = json.loads(text)
-            self._payload_json = None
+        if self._payload_json is not None:
+            with _PAYLOAD_LOCK:
+                if self._payload_json is not None:  # not decoded (or set) meanwhile
+                    # The value first, then the text cleared: a reader that
+                    # finds no text finds the value.
+                    self._payload = json.loads(self._payload_json)
+                    self._payload_json = None
         return self._payload
 
     @payload.setter
     def payload(self, value: Any) -> None:
-        self._payload, self._payload_json = value, None
+        with _PAYLOAD_LOCK:
+            self._payload, self._payload_json = value, None
 
     @property
     def stopping(self) -> bool:

@@ -6,6 +6,7 @@ import logging
 import os
 import random
 import re
+import sys
 import threading
 import time
 from pathlib import Path
@@ -398,3 +399,34 @@ def test_a_supervisor_of_def_handlers_imports_no_asyncio():
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_a_payload_read_by_several_threads_at_once_is_decoded_once():
+    big = json.dumps({"rows": [{"n": i, "text": "x" * 20} for i in range(20_000)]})
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns often: a race shows
+    try:
+        _read_from_threads(big)
+    finally:
+        sys.setswitchinterval(switch)
+
+
+def _read_from_threads(big):
+    from motir_supervisor.runs import StopFlag
+
+    for _ in range(5):
+        j = registry.Job(id=1, kind="k", queue="default", attempt=1, max_attempts=5,
+                         checkpoint_data=None, stopping=StopFlag(),
+                         save_checkpoint=lambda data: True, payload_json=big)
+        start, seen = threading.Barrier(4), []
+
+        def read():
+            start.wait()
+            seen.append(j.payload)
+
+        threads = [threading.Thread(target=read) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert all(value is seen[0] for value in seen)
