@@ -104,7 +104,7 @@ def main(ctx: click.Context, log_level: str, log_format: str) -> None:
 @click.option("--retry-base-seconds", envvar="MOTIR_RETRY_BASE_SECONDS", type=float,
               default=5.0, show_default=True,
               help="First retry delay after a failure; doubles per attempt, with jitter.")
-@click.option("--batch-size", envvar="MOTIR_BATCH_SIZE", type=int, default=512, show_default=True,
+@click.option("--batch-size", envvar="MOTIR_BATCH_SIZE", type=int, default=1000, show_default=True,
               help="Most jobs one claim takes (a worker grows to it while jobs finish fast).")
 @click.option("--retention-hours", envvar="MOTIR_RETENTION_HOURS", type=float, default=168.0,
               show_default=True, help="Delete succeeded/cancelled jobs older than this; 0 keeps.")

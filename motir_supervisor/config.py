@@ -68,9 +68,14 @@ class Config:
     #: Cap of the retry delay.
     retry_max_seconds: float = 3600.0
     #: Most jobs one claim takes. A worker starts at one and grows toward what
-    #: it can run in a tenth of a second (see worker.FAST_BATCH_SECONDS), so
+    #: it can run in a tenth of a second (see sizing.FAST_BATCH_SECONDS), so
     #: short jobs share round trips and long ones do not wait behind each other.
-    batch_size: int = 512
+    #: That tenth of a second is what bounds a claim of jobs that take no time:
+    #: four workers of no-op jobs on two cores run about 13,000 jobs/s each,
+    #: so 512 cut their claims short, and each claim costs the database a
+    #: transaction of its own beside its rows (1000 against 512: 43,852
+    #: against 41,815 jobs/s, ten runs each in turns; 2000 changed nothing).
+    batch_size: int = 1000
     #: Succeeded and cancelled rows older than this are deleted; 0 keeps them.
     retention_hours: float = 168.0
     #: Port of the fleet's Prometheus metrics; None serves none.

@@ -12,7 +12,7 @@ import collections
 #: A worker claims what it can start now (its free slots) or, when jobs
 #: take no time, what it can run in about FAST_BATCH_SECONDS: a full claim
 #: whose jobs all ended sooner grows the next one in proportion, by at most
-#: BATCH_GROWTH_MAX times (1, 8, 64, 512 for jobs that take no time). A
+#: BATCH_GROWTH_MAX times (1, 8, 64, 512, 1000 for jobs that take no time). A
 #: claim that came back short or empty (the queue ran dry) sets the next one
 #: to a single job. Jobs of a claim still not started after
 #: SLOW_BATCH_SECONDS go back to the other workers and the next claim is a
