@@ -100,7 +100,7 @@ class Ledger:
         at = self._entries_at + entry * _ENTRY.size
         if state == SUCCEEDED:
             _SECONDS.pack_into(self._memory, at + 28, seconds)
-            self.mark(entry, state)
+            self._memory[at + 8] = state
             return
         size = 0
         if error is not None:
