@@ -19,7 +19,7 @@ import click
 import psycopg2
 import psycopg2.errors
 
-from . import db
+from . import db, registry
 from .logs import configure_logging
 from .schedules import Schedule, instant_text
 from .config import DEFAULT_CONCURRENCY, Config, ConfigError
@@ -137,6 +137,7 @@ def run(database_url, workers, concurrency, apps, queues, lease_seconds, drain_s
     for module in config.apps:
         if not _module_exists(module):
             raise click.ClickException(f"cannot import --app module {module!r}: no such module")
+    registry.preload_asyncio_for(config.apps)
     with database(config.database_url, "run") as store:
         current = store.schema_is_current()
     if not current:

@@ -389,16 +389,31 @@ def test_a_claimed_job_s_payload_is_decoded_when_its_handler_first_reads_it():
         unread.payload
 
 
-def test_a_supervisor_of_def_handlers_imports_no_asyncio():
-    # A deploy's first jobs wait for every import before the fork; asyncio
-    # comes in only with an async def handler's event loop.
+def test_a_supervisor_imports_asyncio_before_its_forks_only_for_an_app_with_async_def(
+        tmp_path):
+    # A deploy's first jobs wait for every import before the fork: a fleet of
+    # def handlers never imports asyncio, and one whose --app module defines
+    # an async def handler imports it once, in the supervisor, for all its
+    # workers to share.
     import subprocess
-    import sys
+    (tmp_path / "plain_jobs.py").write_text(
+        "from motir_supervisor import job\n\n@job('plain')\ndef plain(j):\n    pass\n")
+    (tmp_path / "waiting_jobs.py").write_text(
+        "from motir_supervisor import job\n\n@job('wait')\nasync def wait(j):\n    pass\n")
     probe = ("import sys, motir_supervisor.cli, motir_supervisor.worker;"
-             " print('asyncio' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          check=True)
-    assert done.stdout.strip() == "False"
+             " from motir_supervisor import registry;"
+             " said = registry.preload_asyncio_for(sys.argv[1:]);"
+             " print(said, 'asyncio' in sys.modules)")
+
+    def supervisor_imports(*apps):
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+        done = subprocess.run([sys.executable, "-c", probe, *apps], capture_output=True,
+                              text=True, check=True, env=env)
+        return done.stdout.strip()
+
+    assert supervisor_imports("plain_jobs") == "False False"
+    assert supervisor_imports("plain_jobs", "waiting_jobs") == "True True"
+    assert supervisor_imports("no_such_module") == "False False"
 
 
 def test_a_payload_read_by_several_threads_at_once_is_decoded_once():
