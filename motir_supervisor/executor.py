@@ -356,12 +356,6 @@ class Executor:
 
     # -- the event loop ---------------------------------------------------------------
 
-    def start_event_loop(self) -> None:
-        """Start the loop of async handlers now (the worker does, at boot, when
-        its apps registered one), so that neither the import of asyncio nor
-        the loop's start falls on a first async run, under the lock."""
-        self._event_loop()
-
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         """The loop of async handlers, started on first use."""
         if self._loop is None:
