@@ -37,18 +37,23 @@ def fork_child(body: Callable[[], int], blocked: Iterable[signal.Signals],
     blocked = tuple(blocked)
     signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
     # What the child inherits (the imports, about 20,000 objects) is frozen
-    # in it: its collections never walk those objects again, nor write to
-    # their headers, which would copy each page they share with the parent.
-    # The parent thaws its own at once (see the gc module's advice on fork).
+    # in it, as the gc module advises before a fork: its collections never
+    # walk those objects again, nor write to their headers, which would copy
+    # each page they share with the parent. The parent thaws them at once,
+    # so that its own garbage stays collectable across respawns, unless it
+    # had frozen objects itself: those it keeps frozen, with ours.
+    thaw = gc.get_freeze_count() == 0
     gc.freeze()
     try:
         pid = os.fork()
     except OSError:
-        gc.unfreeze()
+        if thaw:
+            gc.unfreeze()
         signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
         raise
     if pid:
-        gc.unfreeze()
+        if thaw:
+            gc.unfreeze()
         signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
         return pid
     code = EXIT_SOFTWARE

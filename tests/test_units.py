@@ -468,3 +468,17 @@ def test_a_forked_child_inherits_the_parent_s_objects_frozen_and_the_parent_thaw
         os.waitpid(pid, 0)
     # Every object the child had at the fork: its collections never walk them.
     assert frozen_in_child > 1000
+
+
+def test_a_fork_keeps_frozen_what_its_parent_had_frozen_itself():
+    import gc
+    import signal
+    from motir_supervisor.forking import fork_child
+
+    gc.freeze()
+    try:
+        pid = fork_child(lambda: 0, (signal.SIGTERM,), [])
+        os.waitpid(pid, 0)
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
