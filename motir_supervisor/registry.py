@@ -146,20 +146,20 @@ class AppImportError(Exception):
 
 def preload_asyncio_for(modules: tuple[str, ...] | list[str]) -> bool:
     """Import asyncio now, in the supervisor before it forks, when an --app
-    module's own source defines an ``async def``: its workers then share
+    module's own source mentions ``async def``: its workers then share
     the import instead of each paying for it as it boots (13 ms of CPU and
     about 2 MB of memory apiece), and a fleet of plain handlers never
     imports it at all. Only what can be read without running app code is
     looked at: an async handler in a module the app imports is found by the
     worker at boot, which imports asyncio then. True if it was imported."""
     for module in modules:
-        if _source_defines_async(module):
+        if _source_mentions_async(module):
             import asyncio  # noqa: F401 - for the workers forked from here
             return True
     return False
 
 
-def _source_defines_async(module: str) -> bool:
+def _source_mentions_async(module: str) -> bool:
     try:
         spec = importlib.util.find_spec(module)
     except (ImportError, ValueError):
