@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from werkzeug.test import Client
 
-from motir_supervisor.dashboard import create_app
+from motir_supervisor.web.dashboard import create_app
 
 if TYPE_CHECKING:
     from benchmarks.bench import Bench

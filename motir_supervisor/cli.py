@@ -21,9 +21,9 @@ import psycopg2.errors
 
 from . import db, registry
 from .logs import configure_logging
-from .schedules import Schedule, instant_text
+from .maintenance.scheduler import Schedule, instant_text
 from .config import DEFAULT_CONCURRENCY, Config, ConfigError
-from .supervisor import Supervisor
+from .supervisor.arbiter import Supervisor
 
 DATABASE_ENV = ("MOTIR_DATABASE_URL", "DATABASE_URL")
 
@@ -326,7 +326,7 @@ def prune(database_url, older_than_hours) -> None:
 @click.option("--port", envvar="PORT", type=int, default=8080, show_default=True)
 def web(database_url, host, port) -> None:
     """Serve /healthz, /metrics and, when MOTIR_WEB_PASSWORD is set, the dashboard at /."""
-    from . import web as web_server  # prometheus_client is imported only here
+    from .web import server as web_server  # prometheus_client is imported only here
 
     # From the environment only: an option's value would show in `ps`.
     password = os.environ.get("MOTIR_WEB_PASSWORD", "")

@@ -12,7 +12,8 @@ import random
 import traceback
 from typing import NamedTuple
 
-from . import db, ledger, registry
+from . import db, registry
+from .ipc import ledger
 from .logs import LINES
 
 log = logging.getLogger("motir_supervisor.worker")

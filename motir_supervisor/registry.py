@@ -16,7 +16,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 if TYPE_CHECKING:
-    from .schedules import Schedule
+    from .maintenance.scheduler import Schedule
 
 Handler = Callable[["Job"], Any]
 
@@ -97,7 +97,7 @@ def job(kind: str, *, timeout: float | None = None,
                          f" got {max_running!r}")
     parsed = None
     if schedule is not None:
-        from .schedules import Schedule
+        from .maintenance.scheduler import Schedule
         parsed = Schedule.parse(kind, schedule)  # a bad one fails at import, naming the kind
 
     def register(handler: Handler) -> Handler:

@@ -17,9 +17,10 @@ import json
 import os
 from typing import Any, Callable, Sequence
 
-from . import db, ledger, outcomes, registry
+from . import db, outcomes, registry
+from .ipc import ledger
 from .config import Config
-from .runs import StopFlag
+from .worker.claims import StopFlag
 
 #: The claimant name drain's claims carry, as `status` shows them.
 CLAIMANT = f"motir-testing:{os.getpid()}"

@@ -13,7 +13,9 @@ import psycopg2.extensions
 import psycopg2.extras
 import pytest
 
-from motir_supervisor import db, enqueue, enqueue_many, enqueueing
+from motir_supervisor import enqueue, enqueue_many
+from motir_supervisor import db
+from motir_supervisor.db import enqueueing
 from tests.helpers import wait_until
 from tests.test_schema import _listener, _notifications
 

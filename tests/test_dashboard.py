@@ -11,10 +11,11 @@ import psycopg2.extras
 import pytest
 from werkzeug.test import Client
 
-import motir_supervisor.dashboard as dashboard
-from motir_supervisor import db, web
-from motir_supervisor.dashboard import create_app
-from motir_supervisor.dashboard.reads import PAGE_SIZE, DashboardStore, EndedPerMinute
+import motir_supervisor.web.dashboard as dashboard
+from motir_supervisor import db
+from motir_supervisor.web import server as web
+from motir_supervisor.web.dashboard import create_app
+from motir_supervisor.web.dashboard.reads import PAGE_SIZE, DashboardStore, EndedPerMinute
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from motir_supervisor import cli
-from motir_supervisor.supervisor import EXIT_GRACE_SECONDS
+from motir_supervisor.supervisor.arbiter import EXIT_GRACE_SECONDS
 
 ROOT = Path(__file__).resolve().parent.parent
 FLY = tomllib.loads((ROOT / "fly.toml").read_text())

@@ -12,12 +12,13 @@ import time
 import psycopg2
 import pytest
 
-from motir_supervisor import db, registry, sizing
+from motir_supervisor import db, registry
+from motir_supervisor.worker import batching as sizing
 from motir_supervisor.config import Config
-from motir_supervisor.executor import Executor
-from motir_supervisor.holdings import Holdings
-from motir_supervisor.ledger import Ledger
-from motir_supervisor.schedules import Schedule, Scheduler, instant_text
+from motir_supervisor.worker.executor import Executor
+from motir_supervisor.worker.producer import Holdings
+from motir_supervisor.ipc.ledger import Ledger
+from motir_supervisor.maintenance.scheduler import Schedule, Scheduler, instant_text
 from tests.helpers import wait_until
 from tests.test_operations import cli
 
@@ -298,8 +299,8 @@ def test_a_snoozed_job_comes_back_later_without_spending_an_attempt(executions,
 
 
 def test_a_dead_workers_snooze_is_written_by_its_supervisor(sql, store):
-    from motir_supervisor import ledger
-    from motir_supervisor.settling import Settler
+    from motir_supervisor.ipc import ledger
+    from motir_supervisor.supervisor.rescuer import Settler
 
     job_id = sql.value("INSERT INTO job_queue (kind, last_error) VALUES ('x', 'earlier')"
                        " RETURNING id")

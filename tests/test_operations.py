@@ -12,7 +12,7 @@ import urllib.request
 import port_for
 import pytest
 
-from motir_supervisor.reaper import Reaper
+from motir_supervisor.maintenance.reaper import Reaper
 from tests.helpers import wait_until
 from tests.supervisors import ROOT
 
@@ -121,7 +121,9 @@ def test_the_fleet_exports_metrics_summed_over_its_workers(executions, start_sup
 SETTLE_A_DEAD_WORKER = """
 import sys, tempfile
 from prometheus_client import CollectorRegistry, generate_latest, multiprocess
-from motir_supervisor import db, ledger, metrics, settling
+from motir_supervisor import db, metrics
+from motir_supervisor.ipc import ledger
+from motir_supervisor.supervisor import rescuer as settling
 
 url, claimant, jobs = sys.argv[1], sys.argv[2], sys.argv[3:]
 directory = tempfile.mkdtemp()

@@ -14,14 +14,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from motir_supervisor import cli, db, ledger, logs, outcomes, recycling, registry, sizing
+from motir_supervisor import cli, db, logs, outcomes, registry
+from motir_supervisor.ipc import ledger
+from motir_supervisor.worker import batching as sizing, recycling
 from motir_supervisor.config import Config, ConfigError
 from motir_supervisor.registry import job
-from motir_supervisor.schedules import Schedule, ScheduleError, instant_text
+from motir_supervisor.maintenance.scheduler import Schedule, ScheduleError, instant_text
 
 
 def test_every_query_the_code_names_exists():
-    source = (Path(db.__file__)).read_text()
+    source = Path(db.store.__file__).read_text()
     named = set(re.findall(r'(?:_run|_count)\("([a-z_]+)"', source))
     named |= set(re.findall(r'QUERIES\["([a-z_]+)"\]', source))
     assert len(named) > 15
@@ -282,8 +284,8 @@ def test_snooze_takes_a_sane_number_of_seconds(seconds):
 
 
 def test_an_urgent_run_starts_before_the_ready_runs_of_a_batch_claimed_earlier():
-    from motir_supervisor.executor import Executor
-    from motir_supervisor.runs import Claim, Run
+    from motir_supervisor.worker.executor import Executor
+    from motir_supervisor.worker.claims import Claim, Run
 
     release, order = threading.Event(), []
 
@@ -369,7 +371,7 @@ def test_the_job_limit_is_reached_when_the_claim_budget_is_spent():
 
 
 def test_a_claimed_job_s_payload_is_decoded_when_its_handler_first_reads_it():
-    from motir_supervisor.runs import StopFlag
+    from motir_supervisor.worker.claims import StopFlag
 
     def handle(payload_json):
         return registry.Job(id=7, kind="send", queue="default", attempt=1, max_attempts=5,
@@ -427,7 +429,7 @@ def test_a_payload_read_by_several_threads_at_once_is_decoded_once():
 
 
 def _read_from_threads(big):
-    from motir_supervisor.runs import StopFlag
+    from motir_supervisor.worker.claims import StopFlag
 
     for _ in range(5):
         j = registry.Job(id=1, kind="k", queue="default", attempt=1, max_attempts=5,
@@ -450,7 +452,7 @@ def _read_from_threads(big):
 def test_a_forked_child_inherits_the_parent_s_objects_frozen_and_the_parent_thaws():
     import gc
     import signal
-    from motir_supervisor.forking import fork_child
+    from motir_supervisor.supervisor.forking import fork_child
 
     read, write = os.pipe()
 
@@ -473,7 +475,7 @@ def test_a_forked_child_inherits_the_parent_s_objects_frozen_and_the_parent_thaw
 def test_a_fork_keeps_frozen_what_its_parent_had_frozen_itself():
     import gc
     import signal
-    from motir_supervisor.forking import fork_child
+    from motir_supervisor.supervisor.forking import fork_child
 
     gc.freeze()
     try:

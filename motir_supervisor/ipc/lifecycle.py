@@ -1,7 +1,7 @@
-"""How a worker process ends and what its supervisor reads of it: the exit
-codes, the signals a worker handles (the supervisor forks with them
-blocked), the signal a child gets when its parent dies, and the exception
-that ends a worker at once.
+"""How a worker process starts and ends, as its supervisor sees it: the
+ready pipe, the exit codes, the signals a worker handles (the supervisor
+forks with them blocked), the signal a child gets when its parent dies, and
+the exception that ends a worker at once.
 
 Whatever the code, the supervisor settles what the worker's ledger still
 holds: a code is only a hint (a handler can end its process with any).
@@ -10,6 +10,7 @@ holds: a code is only a hint (a handler can end its process with any).
 from __future__ import annotations
 
 import ctypes
+import os
 import signal
 
 #: The exit codes a worker uses to tell its supervisor how it ended.
@@ -45,3 +46,21 @@ class ExitNow(Exception):
     def __init__(self, code: int):
         super().__init__(code)
         self.code = code
+
+
+def report_ready(fd: int) -> None:
+    """The worker's side of the ready pipe: one byte once its apps imported."""
+    if fd >= 0:
+        os.write(fd, b"R")
+        os.close(fd)
+
+
+def read_ready(fd: int) -> bool:
+    """The supervisor's side, once the worker has exited: whether it had
+    booted. Only a worker that never did is trusted with EXIT_BOOT_FAILURE."""
+    try:
+        return os.read(fd, 1) == b"R"
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)

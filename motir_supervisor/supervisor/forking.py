@@ -14,7 +14,7 @@ import signal
 import sys
 from typing import Callable, Iterable
 
-from .logs import flush_logs
+from ..logs import flush_logs
 
 # The supervisor's logger: "process 4711 crashed" is its line, as it was.
 log = logging.getLogger("motir_supervisor.supervisor")

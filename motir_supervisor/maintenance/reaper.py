@@ -16,7 +16,7 @@ import time
 
 import psycopg2
 
-from . import db
+from .. import db
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from . import db, outcomes, registry
+from .. import db, outcomes, registry
 
 
 class StopFlag:

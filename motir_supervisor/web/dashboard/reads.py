@@ -12,8 +12,8 @@ from typing import Any
 
 import psycopg2.extras
 
-from .. import db
-from ..schedules import Schedule
+from ... import db
+from ...maintenance.scheduler import Schedule
 
 #: Jobs on one page of the jobs list.
 PAGE_SIZE = 50

@@ -12,7 +12,7 @@ import time
 
 import psycopg2.errors
 
-from . import db, registry
+from .. import db, registry
 
 log = logging.getLogger("motir_supervisor.worker")
 

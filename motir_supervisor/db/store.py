@@ -18,14 +18,9 @@ import psycopg2.errors
 import psycopg2.extensions
 import psycopg2.extras
 
-# The SQL text, and the insert every producer shares, have modules of their
-# own; their names are this module's too, as the rest of the package and the
-# tests know them.
-from .connections import connect, describe_dsn, one_line, scrub  # noqa: F401
-from .enqueueing import (NewJob, UNIQUE_KEY_TRIES, encode_payload,  # noqa: F401
-                         enqueue_jobs)
-from .statements import (PREPARED, QUERIES, Migration, load_migrations,  # noqa: F401
-                         prepared_form)
+from .connections import connect
+from .enqueueing import NewJob, encode_payload, enqueue_jobs
+from .statements import PREPARED, QUERIES, Migration, load_migrations, prepared_form
 
 log = logging.getLogger(__name__)
 

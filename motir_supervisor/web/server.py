@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import ThreadingWSGIServer
 
-from . import db
+from .. import db
 
 log = logging.getLogger(__name__)
 

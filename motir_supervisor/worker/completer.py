@@ -13,8 +13,9 @@ import time
 
 import psycopg2
 
-from . import db, ledger, metrics, outcomes
-from .runs import Run
+from .. import db, metrics, outcomes
+from ..ipc import ledger
+from .claims import Run
 
 log = logging.getLogger("motir_supervisor.worker")
 

@@ -20,17 +20,18 @@ from typing import Callable
 
 import setproctitle
 
-from . import db, ledger, metrics
-from .config import Config
+from .. import db, metrics
+from ..ipc import ledger
+from ..config import Config
 from .forking import describe_exit, fork_child, send_signal
-from .ledger import Ledger
-from .logs import flush_logs
-from .reaper import Reaper
-from .settling import Settler
-from .wakeups import Kicks, Token
-from .exits import (EXIT_BOOT_FAILURE, EXIT_RECYCLED, EXIT_TIMEOUT, HANDLED_SIGNALS,
-                    set_parent_death_signal)
-from .worker import Worker
+from ..ipc.ledger import Ledger
+from ..logs import flush_logs
+from ..maintenance.reaper import Reaper
+from .rescuer import Settler
+from ..ipc.tokens import Kicks, Token
+from ..ipc.lifecycle import (EXIT_BOOT_FAILURE, EXIT_RECYCLED, EXIT_TIMEOUT, HANDLED_SIGNALS,
+                             read_ready, set_parent_death_signal)
+from ..worker.process import Worker
 
 log = logging.getLogger(__name__)
 
@@ -332,7 +333,7 @@ class Supervisor:
         """
         code, words = describe_exit(status)
         lived = time.monotonic() - child.started_at
-        booted = _read_ready(child.ready_fd)
+        booted = read_ready(child.ready_fd)
         entries = tuple(child.ledger.entries())
         timed_out = child.ledger.retiring and code == EXIT_TIMEOUT
         ran_to_the_end = not any(entry.state == ledger.RUNNING for entry in entries)
@@ -375,12 +376,3 @@ class Supervisor:
             log.warning("workers keep dying (%d in a row); next start in %.1fs",
                         self.crash_streak, delay)
         self.respawn_at = time.monotonic() + delay
-
-
-def _read_ready(fd: int) -> bool:
-    try:
-        return os.read(fd, 1) == b"R"
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)

@@ -24,19 +24,21 @@ from typing import Any
 
 import psycopg2
 
-from . import db, metrics, registry
-from .config import Config
-from .executor import Executor, WorkerTitle
-from .exits import (EXIT_BOOT_FAILURE, EXIT_OK, EXIT_RECYCLED, EXIT_TIMEOUT, HANDLED_SIGNALS,
-                    ExitNow, set_parent_death_signal)
-from .holdings import Holdings
-from .ledger import Ledger
-from .limits import LimitsSync
-from .logs import flush_logs
+from .. import db, metrics, registry
+from ..config import Config
+from .executor import Executor
+from .title import WorkerTitle
+from ..ipc.lifecycle import (EXIT_BOOT_FAILURE, EXIT_OK, EXIT_RECYCLED, EXIT_TIMEOUT,
+                             HANDLED_SIGNALS, ExitNow, report_ready,
+                             set_parent_death_signal)
+from .producer import Holdings
+from ..ipc.ledger import Ledger
+from ..maintenance.limits import LimitsSync
+from ..logs import flush_logs
 from .recycling import Recycling
-from .schedules import Schedule, Scheduler
-from .wakeups import Kicks, Token
-from .waiting import Waiting
+from ..maintenance.scheduler import Schedule, Scheduler
+from ..ipc.tokens import Kicks, Token
+from .poller import Waiting
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +141,7 @@ class Worker(Waiting):
             import asyncio  # noqa: F401
         if warning := self.recycling.warning_at_boot():
             log.warning("worker %d %s", self.index, warning)
-        self._report_ready()
+        report_ready(self.ready_fd)
         metrics.name_this_process(f"worker-{self.index}")
         log.debug("worker %d (pid %d) up as %s", self.index, os.getpid(), self.claimant)
         try:
@@ -148,11 +150,6 @@ class Worker(Waiting):
             return exit_now.code
         finally:
             self.store.close()
-
-    def _report_ready(self) -> None:
-        if self.ready_fd >= 0:
-            os.write(self.ready_fd, b"R")
-            os.close(self.ready_fd)
 
     def _install_signals(self) -> None:
         self._wake_r, self._wake_w = os.pipe()

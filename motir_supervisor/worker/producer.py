@@ -15,13 +15,14 @@ import sys
 import time
 from typing import Callable
 
-from . import db, ledger, metrics, registry
-from .config import Config
+from .. import db, metrics, registry
+from ..ipc import ledger
+from ..config import Config
 from .executor import Executor
-from .runs import Claim, Run
-from .sizing import (SLOW_BATCH_SECONDS, URGENT_CLAIM_ROWS, URGENT_WATCH_SECONDS, Turnover,
-                     next_batch_size, next_round_trip, reserve_size)
-from .writing import WRITE_EVERY_SECONDS, OutcomeWriting
+from .claims import Claim, Run
+from .batching import (SLOW_BATCH_SECONDS, URGENT_CLAIM_ROWS, URGENT_WATCH_SECONDS, Turnover,
+                       next_batch_size, next_round_trip, reserve_size)
+from .completer import WRITE_EVERY_SECONDS, OutcomeWriting
 
 log = logging.getLogger("motir_supervisor.worker")
 

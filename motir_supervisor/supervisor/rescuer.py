@@ -15,7 +15,8 @@ import time
 
 import psycopg2
 
-from . import db, ledger, metrics, outcomes
+from .. import db, metrics, outcomes
+from ..ipc import ledger
 
 log = logging.getLogger("motir_supervisor.supervisor")
 

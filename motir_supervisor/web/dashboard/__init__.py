@@ -24,7 +24,7 @@ from flask import (Flask, Response, abort, flash, redirect, render_template, req
 from flask_wtf.csrf import CSRFError, CSRFProtect
 from werkzeug.exceptions import HTTPException
 
-from .. import db
+from ... import db
 from .reads import DashboardStore, EndedPerMinute
 
 log = logging.getLogger(__name__)

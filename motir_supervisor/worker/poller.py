@@ -18,8 +18,8 @@ import time
 
 import psycopg2
 
-from . import db
-from .schedules import Scheduler
+from .. import db
+from ..maintenance.scheduler import Scheduler
 
 log = logging.getLogger("motir_supervisor.worker")
 

@@ -25,7 +25,7 @@ import logging
 import math
 import time
 
-from . import db
+from .. import db
 
 log = logging.getLogger("motir_supervisor.supervisor")
 

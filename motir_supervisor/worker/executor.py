@@ -24,10 +24,9 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-import setproctitle
-
-from . import ledger, outcomes, registry
-from .runs import Run
+from ..ipc import ledger
+from .. import outcomes, registry
+from .claims import Run
 
 if TYPE_CHECKING:
     import asyncio
@@ -393,21 +392,3 @@ class Executor:
         except BaseException as exc:  # noqa: BLE001 - every failure is the job's outcome
             error = exc
         self._finish(run, error, None)
-
-
-class WorkerTitle:
-    """Sets worker ``index``'s process title, skipping a title already set;
-    ``prefix`` goes before whatever the worker is doing (``recycling ...``)."""
-
-    def __init__(self, index: int):
-        self.index = index
-        self.prefix = ""
-        self._last = ""
-        self._lock = threading.Lock()
-
-    def __call__(self, doing: str) -> None:
-        doing = self.prefix + doing
-        if doing != self._last:
-            with self._lock:  # handler threads set it too: the last one set wins
-                self._last = doing
-                setproctitle.setproctitle(f"motir-supervisor: worker {self.index} {doing}")
