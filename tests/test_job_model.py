@@ -16,7 +16,10 @@ from motir_supervisor import db, registry
 from motir_supervisor.worker import batching as sizing
 from motir_supervisor.config import Config
 from motir_supervisor.worker.executor import Executor
-from motir_supervisor.worker.producer import Holdings
+from motir_supervisor.worker.batching import RoundTrips
+from motir_supervisor.worker.completer import Completer
+from motir_supervisor.worker.leases import Leases
+from motir_supervisor.worker.producer import Producer
 from motir_supervisor.ipc.ledger import Ledger
 from motir_supervisor.maintenance.scheduler import Schedule, Scheduler, instant_text
 from tests.helpers import wait_until
@@ -93,9 +96,18 @@ def one_slot_holdings(database_url):
     executor = Executor(1, entries, retry_base=1, retry_cap=1, wake=lambda: None,
                         save_checkpoint=lambda *a: True, title=lambda text: None)
     store = db.JobStore(database_url)
-    held = Holdings(config, "model:1", 1, store, executor, entries)
-    held.batch_size = 512
-    yield held
+    held: dict = {}
+    round_trips = RoundTrips()
+    completer = Completer(config, "model:1", 1, store, executor, entries, held, round_trips)
+    leases = Leases(config, "model:1", 1, store, executor, held)
+    producer = Producer(config, "model:1", 1, store, executor, entries, held, completer, leases,
+                        None, round_trips)
+    producer.batch_size = 512
+
+    def write_finished() -> None:
+        producer.collect_finished()
+        completer.write_finished(now_or_never=True)
+    yield producer, write_finished
     signal.setitimer(signal.ITIMER_REAL, 0)  # the lease alarm its claims armed
     store.close()
 
@@ -103,7 +115,7 @@ def one_slot_holdings(database_url):
 @pytest.mark.parametrize("urgent", [True, False])
 def test_a_job_claimed_ahead_of_a_backlog_keeps_the_next_claims_short(one_slot_holdings, sql,
                                                                       urgent):
-    held = one_slot_holdings
+    held, write_finished = one_slot_holdings
 
     def claim_and_run() -> int:
         count, _ = held.claim(1)
@@ -113,13 +125,13 @@ def test_a_job_claimed_ahead_of_a_backlog_keeps_the_next_claims_short(one_slot_h
     sql.rows("INSERT INTO job_queue (kind, priority) SELECT 'model_quick', 10"
              " FROM generate_series(1, 3000)")
     assert claim_and_run() == 512
-    held.write_finished(now_or_never=True)
+    write_finished()
     if urgent:
         sql.rows("INSERT INTO job_queue (kind, priority) VALUES ('model_quick', -1)")
     assert claim_and_run() == 512
     first = min(held.held.values(), key=lambda run: run.started).claimed.priority
     assert first == (-1 if urgent else 10)
-    held.write_finished(now_or_never=True)
+    write_finished()
     # After a job that came ahead of the backlog, more may follow: short
     # claims. Otherwise whole batches, as before.
     size = sizing.URGENT_CLAIM_ROWS if urgent else 512
@@ -128,7 +140,7 @@ def test_a_job_claimed_ahead_of_a_backlog_keeps_the_next_claims_short(one_slot_h
     # from what its few jobs took, not from what 512 would have.
     assert {run.claim.size for run in held.held.values()} == {size}
     assert claim_and_run() == size
-    held.write_finished(now_or_never=True)
+    write_finished()
     assert sql.value("SELECT count(*) FROM job_queue WHERE state = 'succeeded'") == (
         1024 + 2 * size)
     assert sql.value("SELECT count(*) FROM job_queue WHERE state = 'running'") == 0
@@ -137,12 +149,12 @@ def test_a_job_claimed_ahead_of_a_backlog_keeps_the_next_claims_short(one_slot_h
 def test_an_urgent_job_with_no_backlog_behind_it_leaves_claims_whole(one_slot_holdings, sql):
     """The watch is for a backlog: a claim that emptied the queue (or a job
     given back) before a more urgent one arrived arms nothing."""
-    held = one_slot_holdings
+    held, write_finished = one_slot_holdings
 
     def claim_and_run() -> int:
         count, _ = held.claim(1)
         wait_until(lambda: all(run.ended for run in held.held.values()), 10)
-        held.write_finished(now_or_never=True)
+        write_finished()
         return count
 
     sql.rows("INSERT INTO job_queue (kind, priority) SELECT 'model_quick', 10"
@@ -300,7 +312,7 @@ def test_a_snoozed_job_comes_back_later_without_spending_an_attempt(executions,
 
 def test_a_dead_workers_snooze_is_written_by_its_supervisor(sql, store):
     from motir_supervisor.ipc import ledger
-    from motir_supervisor.supervisor.rescuer import Settler
+    from motir_supervisor.supervisor.rescuer import Rescuer
 
     job_id = sql.value("INSERT INTO job_queue (kind, last_error) VALUES ('x', 'earlier')"
                        " RETURNING id")
@@ -308,7 +320,7 @@ def test_a_dead_workers_snooze_is_written_by_its_supervisor(sql, store):
     entries = ledger.Ledger(4)
     entry = entries.claim(job_id)
     entries.decide(entry, ledger.SNOOZED, 0.01, retry_in_seconds=60)
-    settler = Settler(store, "")
+    settler = Rescuer(store, "")
     settler.queue("dead:1", "killed", tuple(entries.entries()))
     settler.settle_due()
     state, attempts, wait, error = sql.rows(

@@ -134,7 +134,7 @@ for job in jobs:
     entry = entries.claim(int(job_id))
     entries.mark(entry, ledger.RUNNING)
     entries.decide(entry, getattr(ledger, state), 0.01, error="ValueError: no")
-settler = settling.Settler(db.JobStore(url), url)
+settler = settling.Rescuer(db.JobStore(url), url)
 settler.queue(claimant, "killed", tuple(entries.entries()))
 settler.settle_due(final=True)
 registry = CollectorRegistry()

@@ -26,6 +26,7 @@ import math
 import time
 
 from .. import db
+from ..ipc.tokens import Token
 
 log = logging.getLogger("motir_supervisor.supervisor")
 
@@ -133,3 +134,43 @@ class Scheduler:
         wait = (upcoming - now).total_seconds()
         self.next_pass = time.monotonic() + min(max(wait, 0.0), LOOK_EVERY_SECONDS)
         return enqueued
+
+
+class SchedulerSeat:
+    """Which worker of a supervisor runs the scheduler: the holder of the
+    scheduler's token (see ipc.tokens), which the kernel frees when its
+    holder dies, taken by the next worker that looks. A worker's main
+    thread owns it."""
+
+    def __init__(self, store: db.JobStore, token: Token | None, index: int):
+        self.store = store
+        self.token = token
+        self.index = index
+        #: Set once the apps are imported: none, and nothing is scheduled.
+        self.schedules: list[Schedule] = []
+        #: This worker's scheduler while it holds the token.
+        self.scheduler: Scheduler | None = None
+        self._next_try = 0.0
+
+    def take(self) -> bool:
+        """Whether this worker runs the scheduler now, taking the token if
+        it is free."""
+        if not self.schedules or self.token is None:
+            return False
+        if self.scheduler is None:
+            # A syscall, so at most once a second (a worker loop's longest sleep).
+            now = time.monotonic()
+            if now < self._next_try:
+                return False
+            self._next_try = now + 1.0
+            if not self.token.try_take():
+                return False
+            self.scheduler = Scheduler(self.store, self.schedules)
+            log.debug("worker %d runs the scheduler", self.index)
+        return True
+
+    def hand_on(self) -> None:
+        """Another worker (a staying one, or the replacement) schedules."""
+        if self.scheduler is not None:
+            self.token.give_up()
+            self.scheduler = None

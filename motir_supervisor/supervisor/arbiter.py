@@ -1,10 +1,12 @@
 """The parent process: fork workers, forward signals, restart the dead, reap leases.
 
-It runs no job and holds no SQL: what it asks of the database (settling a
-dead worker's claims, see :mod:`settling`; expiring stale leases, see
-:mod:`reaper`) goes through :mod:`db`. Its own
-connection is closed before every fork, so no connection crosses one.
-Signal handlers only record the signal; the loop does the work.
+The loop is a handful of verbs (handle_signals, reap_workers,
+manage_workers ...). Signal handlers only record the signal and wake the
+loop, which dispatches each to its ``handle_<name>`` method. It runs no job
+and holds no SQL: what it asks of the database (a dead worker's jobs, see
+:mod:`.rescuer`; expired leases, see :mod:`..maintenance.reaper`) goes
+through :mod:`..db`. Its own connection is closed before every fork, so no
+connection crosses one.
 """
 
 from __future__ import annotations
@@ -27,10 +29,11 @@ from .forking import describe_exit, fork_child, send_signal
 from ..ipc.ledger import Ledger
 from ..logs import flush_logs
 from ..maintenance.reaper import Reaper
-from .rescuer import Settler
+from .metrics_server import MetricsServer
+from .rescuer import Rescuer
 from ..ipc.tokens import Kicks, Token
 from ..ipc.lifecycle import (EXIT_BOOT_FAILURE, EXIT_RECYCLED, EXIT_TIMEOUT, HANDLED_SIGNALS,
-                             read_ready, set_parent_death_signal)
+                             read_ready)
 from ..worker.process import Worker
 
 log = logging.getLogger(__name__)
@@ -46,8 +49,6 @@ EXIT_GRACE_SECONDS = 3.0
 ABORT_GRACE_SECONDS = 3.0
 #: A failed fork (out of memory, process limit) is retried after this long.
 FORK_RETRY_SECONDS = 1.0
-#: A metrics server that died is started again after this long.
-METRICS_RESTART_SECONDS = 5.0
 #: Longest sleep of the loop, so timers are never far off.
 MAX_TICK_SECONDS = 1.0
 
@@ -72,6 +73,10 @@ class Child:
 
 
 class Supervisor:
+    """One thread owns every field: the loop's. The signal handlers
+    interrupt it between bytecodes and only append to _signals and set the
+    workers' stop flags in their ledgers."""
+
     def __init__(self, config: Config):
         self.config = config
         self.target_workers = config.workers
@@ -83,17 +88,15 @@ class Supervisor:
         self.stopping = False
         self.stop_started = 0.0
         self.stop_deadline = float("inf")
-        self.metrics_dir: str | None = None
-        self.metrics_pid: int | None = None
-        self.metrics_restart_at = 0.0
+        self.metrics_server = MetricsServer(config.metrics_port, self._fork)
         self.boot_failed = False
-        self.settler = Settler(self.store, config.database_url)
+        self.rescuer = Rescuer(self.store, config.database_url)
         self.crash_streak = 0
         self.respawn_at = 0.0
         self.reaper = Reaper(self.store, config.reaper_every, config.retention_hours)
         #: Shared by every worker: one of them listens, the others are kicked.
         self.token = Token("listener")
-        #: Held by the one worker that runs the scheduler (see schedules.py).
+        #: Held by the one worker that runs the scheduler (see maintenance.scheduler).
         self.scheduler_token = Token("scheduler")
         self.kicks = Kicks()
 
@@ -105,25 +108,17 @@ class Supervisor:
         log.info("supervisor %s starting %d workers on %s", self.identity, self.target_workers,
                  db.describe_dsn(self.config.database_url))
         if self.config.metrics_port:
-            # Imported here, like everything only some fleets use: a deploy's
-            # first jobs wait for every import of the supervisor's start.
-            import tempfile
-            self.metrics_dir = tempfile.mkdtemp(prefix="motir-metrics-")
-            metrics.enable(self.metrics_dir)
+            self.metrics_server.enable()
         try:
             return self._supervise()
         finally:
-            if self.metrics_pid:
-                send_signal(self.metrics_pid, signal.SIGTERM)
-            if self.metrics_dir:
-                import shutil
-                shutil.rmtree(self.metrics_dir, ignore_errors=True)
+            self.metrics_server.stop()
 
     def _supervise(self) -> int:
         while True:
             self.handle_signals()
             self.reap_workers()
-            self.settler.settle_due()
+            self.rescuer.settle_due()
             if self.stopping:
                 if not self.children:
                     break
@@ -131,12 +126,12 @@ class Supervisor:
                     self.kill_workers(signal.SIGKILL)
             else:
                 self.manage_workers()
-                self.manage_metrics_server()
+                self.metrics_server.keep_running()
                 self.reaper.run_when_due()
             self._title()
             flush_logs()
             self.sleep(self._next_wakeup())
-        self.settler.settle_due(final=True)
+        self.rescuer.settle_due(final=True)
         self.store.close()
         drained = time.monotonic() - self.stop_started
         metrics.record_drain(drained)
@@ -198,18 +193,43 @@ class Supervisor:
                 pass
 
     def handle_signals(self) -> None:
+        """Dispatch each recorded signal to its handle_<name> method."""
         while self._signals:
-            signum = self._signals.pop(0)
-            if signum in (signal.SIGTERM, signal.SIGINT) and not self.stopping:
-                self.begin_drain(signal.Signals(signum).name)
-            elif signum in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
-                self.abort_drain(signal.Signals(signum).name)
-            elif signum == signal.SIGTTIN and not self.stopping:
-                self.target_workers += 1
-                log.info("SIGTTIN: now %d workers", self.target_workers)
-            elif signum == signal.SIGTTOU and not self.stopping:
-                self.target_workers = max(1, self.target_workers - 1)
-                log.info("SIGTTOU: now %d workers", self.target_workers)
+            name = signal.Signals(self._signals.pop(0)).name
+            getattr(self, f"handle_{name[3:].lower()}")()
+
+    def handle_term(self) -> None:
+        self._stop("SIGTERM")
+
+    def handle_int(self) -> None:
+        self._stop("SIGINT")
+
+    def _stop(self, why: str) -> None:
+        """Drain: the first stop signal lets in-flight jobs finish; a second
+        gives back what is left at once."""
+        if self.stopping:
+            self.abort_drain(why)
+        else:
+            self.begin_drain(why)
+
+    def handle_quit(self) -> None:
+        """Stop now: unfinished jobs go back at once."""
+        self.abort_drain("SIGQUIT")
+
+    def handle_ttin(self) -> None:
+        """One worker more."""
+        if not self.stopping:
+            self.target_workers += 1
+            log.info("SIGTTIN: now %d workers", self.target_workers)
+
+    def handle_ttou(self) -> None:
+        """One worker fewer, never none."""
+        if not self.stopping:
+            self.target_workers = max(1, self.target_workers - 1)
+            log.info("SIGTTOU: now %d workers", self.target_workers)
+
+    def handle_chld(self) -> None:
+        """A child exited: the loop reaps it (reap_workers) right after."""
 
     def begin_drain(self, why: str) -> None:
         self.stopping = True
@@ -250,24 +270,6 @@ class Supervisor:
             log.info("retiring worker %d (pid %d)", child.index, child.pid)
             child.retiring = True
             send_signal(child.pid, signal.SIGTERM)
-
-    def manage_metrics_server(self) -> None:
-        if self.metrics_dir is None or self.metrics_pid is not None:
-            return
-        if time.monotonic() < self.metrics_restart_at:
-            return
-        self.metrics_restart_at = time.monotonic() + METRICS_RESTART_SECONDS
-        self.metrics_pid = self._fork(self._serve_metrics)
-        log.info("metrics on port %d (pid %d)", self.config.metrics_port, self.metrics_pid)
-
-    def _serve_metrics(self) -> int:
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGCHLD):
-            signal.signal(signum, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED_SIGNALS)
-        set_parent_death_signal(signal.SIGTERM)
-        setproctitle.setproctitle(f"motir-supervisor: metrics on :{self.config.metrics_port}")
-        metrics.serve_forever(self.config.metrics_port)
-        return 0
 
     def _staying(self) -> int:
         return sum(1 for child in self.children.values() if not child.leaving)
@@ -317,9 +319,7 @@ class Supervisor:
                 return
             if pid == 0:
                 return
-            if pid == self.metrics_pid:
-                log.warning("metrics server (pid %d) %s", pid, describe_exit(status)[1])
-                self.metrics_pid = None
+            if self.metrics_server.exited(pid, status):
                 continue
             child = self.children.pop(pid, None)
             if child is not None:
@@ -351,7 +351,7 @@ class Supervisor:
             if not self.stopping:
                 self.begin_drain("configuration error")
             return
-        self.settler.queue(child.claimant, death, entries)
+        self.rescuer.queue(child.claimant, death, entries)
         if timed_out:
             log.warning("worker %d (pid %d) left a timed-out job behind; replaced it",
                         child.index, child.pid)

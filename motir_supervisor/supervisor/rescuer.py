@@ -2,7 +2,7 @@
 
 Once a worker is gone, however it went, its ledger (shared memory, see
 :mod:`ledger`) tells the supervisor job by job what the worker held. A
-:class:`Settler` queues that, and on its turn writes it through :mod:`db`,
+:class:`Rescuer` queues that, and on its turn writes it through :mod:`db`,
 every write fenced on the dead worker's claim; what fails (the database is
 down) waits for the next turn. It forks nothing and handles no signal.
 """
@@ -38,7 +38,7 @@ class PendingRelease:
     counted: set[int] = dataclasses.field(default_factory=set)
 
 
-class Settler:
+class Rescuer:
     def __init__(self, store: db.JobStore, database_url: str):
         self.store = store
         self.database_url = database_url

@@ -2,16 +2,19 @@
 
 - :mod:`.process` — :class:`Worker`: its life, its signals and its loop,
   which composes the roles below and owns the database connection.
-- :mod:`.producer` — claims jobs: how many, which lane, giving back what
-  will not start.
-- :mod:`.batching` — the numbers the producer claims with.
-- :mod:`.executor` — runs the claimed jobs on threads and an event loop.
+- :mod:`.producer` — claims jobs: how many, from which lane, and what
+  goes back before it starts; :mod:`.batching` holds its numbers.
+- :mod:`.executor` — runs the claimed jobs on handler threads, and
+  :mod:`.event_loop` the ``async def`` ones.
 - :mod:`.completer` — writes what the runs ended with, several to a
   statement.
-- :mod:`.leases` — renews the claims' leases and ends the process before
-  one could lapse.
-- :mod:`.poller` — waits: LISTEN/NOTIFY, kicks, the poll timer, tokens.
-- :mod:`.claims` — the values all of them share: a claim and its runs.
+- :mod:`.leases` — renews the claims' leases, and has the kernel end the
+  process before one could lapse.
+- :mod:`.poller` — waits: LISTEN/NOTIFY, kicks, the poll timer, the
+  listener's token.
+- :mod:`.timeouts` — sync runs past their kind's timeout.
+- :mod:`.checkpoints` — a handler's ``j.checkpoint(data)`` saved.
+- :mod:`.claims` — the values they share: a claim and its runs.
 - :mod:`.recycling`, :mod:`.title` — when a worker makes way for a fresh
   one, and its process title.
 

@@ -1,9 +1,11 @@
-"""Writing what a worker's runs ended with: the outcomes, shared by the
-runs that end close together, and the releases of runs that never started.
+"""Writing what a worker's runs ended with: the outcomes, shared by the runs
+that end close together, and the releases of runs that never started.
 
-A part of :class:`holdings.Holdings`, kept apart because it is a role of its
-own: it takes the ended runs from the executor and settles them in the
-database and the ledger; the claims they came in are the rest of Holdings'.
+The producer hands the completer the runs the executor ended and the ones
+it withdrew; the completer writes them through :mod:`..db`, each write
+fenced on this worker's claim, and frees their entries in the ledger once
+they are written. The worker's main thread calls it and owns every field
+here. It claims nothing and runs no handler.
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ from __future__ import annotations
 import logging
 import time
 
-import psycopg2
-
 from .. import db, metrics, outcomes
+from ..config import Config
 from ..ipc import ledger
+from .batching import RoundTrips
 from .claims import Run
+from .executor import Executor
 
 log = logging.getLogger("motir_supervisor.worker")
 
@@ -27,7 +30,37 @@ log = logging.getLogger("motir_supervisor.worker")
 WRITE_EVERY_SECONDS = 0.02
 
 
-class OutcomeWriting:
+class Completer:
+    def __init__(self, config: Config, claimant: str, index: int, store: db.JobStore,
+                 executor: Executor, entries: ledger.Ledger, held: dict[int, Run],
+                 round_trips: RoundTrips):
+        self.config = config
+        self.claimant = claimant
+        self.index = index
+        self.store = store
+        self.executor = executor
+        self.ledger = entries
+        #: The producer's runs: a run leaves it once its outcome or release
+        #: is written.
+        self.held = held
+        self.round_trips = round_trips
+        #: Ended runs whose outcomes are still to write, and since when the
+        #: oldest of them waits.
+        self._to_write: list[Run] = []
+        self._unwritten_since = 0.0
+        #: Withdrawn runs whose claims are still to give back.
+        self._to_release: list[Run] = []
+
+    def add_ended(self, runs: list[Run], since: float) -> None:
+        """Runs the executor ended, the first of them at ``since``."""
+        if not self._to_write:
+            self._unwritten_since = since
+        self._to_write.extend(runs)
+
+    def release_later(self, run: Run) -> None:
+        """A run that will never start here: its claim goes back."""
+        self._to_release.append(run)
+
     def write_finished(self, now_or_never: bool = False) -> None:
         """Write the ended runs' outcomes not written yet: one statement for
         the successes, one for the other outcomes, one for the runs that
@@ -36,7 +69,6 @@ class OutcomeWriting:
         now = time.monotonic()
         if not now_or_never and self._may_wait(now):
             return
-        self.collect_finished()
         if not self._to_write:
             return
         recorded = [run for run in self._to_write if run.decision.state != ledger.RELEASE]
@@ -50,17 +82,17 @@ class OutcomeWriting:
             if runs:
                 sent = time.monotonic()
                 ended = record(runs)
-                self._took(sent)
+                self.round_trips.took(sent)
                 self._count_and_settle(ended)
                 self._to_write = [r for r in self._to_write if not r.written]
-                self._log_ended(ended)
+                _log_ended(ended)
         if self._to_write:
             stopped = self._to_write
             self.store.release_claims_of([self.claimant], [run.claimed.id for run in stopped])
             ended = [(run, "released") for run in stopped]
             self._count_and_settle(ended)
             self._to_write = []
-            self._log_ended(ended)
+            _log_ended(ended)
 
     def _record_successes(self, runs: list[Run]) -> list[tuple[Run, str]]:
         """Write the successes of runs that returned; (run, outcome) for each."""
@@ -75,21 +107,6 @@ class OutcomeWriting:
         return [(run, outcomes.outcome_of(states.get(run.claimed.id),
                                           run.decision.state == ledger.SNOOZED))
                 for run in runs]
-
-    def collect_finished(self) -> None:
-        """Take the ended runs from the executor, their outcomes to be
-        written: done before every claim, so that the batch size follows the
-        claims that have ended rather than the writes."""
-        since = self.executor.finished_since()
-        finished = self.executor.take_finished()
-        if finished:
-            now = time.monotonic()
-            self.turnover.add(now, len(finished))
-            if not self._to_write:
-                self._unwritten_since = now if since is None else since
-            for run in finished:
-                self._close(run, now)
-            self._to_write.extend(finished)
 
     def _may_wait(self, now: float) -> bool:
         """Whether ended runs' outcomes may wait for more to share their write."""
@@ -106,6 +123,10 @@ class OutcomeWriting:
             times.append(since)
         return min(times, default=None)
 
+    def next_timer(self) -> float:
+        oldest = self._oldest_unwritten()
+        return float("inf") if oldest is None else oldest + WRITE_EVERY_SECONDS
+
     def release_withdrawn(self) -> None:
         """Give back the claims of runs that never started here."""
         if not self._to_release:
@@ -113,7 +134,8 @@ class OutcomeWriting:
         runs = self._to_release
         ids = [run.claimed.id for run in runs]
         self.store.release_claims_of([self.claimant], ids)
-        self._settle(runs)
+        for run in runs:
+            self._settle(run)
         self._to_release = []
         log.info("worker %d released jobs %s before starting them", self.index, ids)
         metrics.record_release("not_started", len(ids))
@@ -121,11 +143,7 @@ class OutcomeWriting:
     def has_unwritten(self) -> bool:
         return bool(self._to_write or self._to_release)
 
-    def _settle(self, runs: list[Run]) -> None:
-        for run in runs:
-            self._settle_one(run)
-
-    def _settle_one(self, run: Run) -> None:
+    def _settle(self, run: Run) -> None:
         run.written = True
         self.held.pop(run.claimed.id, None)
         self.ledger.release(run.entry)
@@ -134,43 +152,29 @@ class OutcomeWriting:
         """Free each written run's ledger entry and count the run in the
         fleet's metrics right after: an entry the supervisor finds still in
         use after a SIGKILL is a run not counted yet, which it counts (see
-        settling), and a kill between the two loses a count, never adds one."""
+        supervisor.rescuer), and a kill between the two loses a count, never
+        adds one."""
         for run, outcome in ended:
-            self._settle_one(run)
+            self._settle(run)
             metrics.record_run(run.claimed.kind, outcome, run.duration)
 
-    def _log_ended(self, ended: list[tuple[Run, str]]) -> None:
-        outcomes.log_successes([self._line(run, "succeeded")
-                                for run, outcome in ended if outcome == "succeeded"])
-        for run, outcome in ended:
-            if outcome != "succeeded":
-                self._log(run, outcome, run.decision.summary)
 
-    def _line(self, run: Run, outcome: str, detail: str = "") -> str:
-        job = run.claimed
-        return outcomes.outcome_line(job.id, job.kind, job.attempt, job.max_attempts, outcome,
-                                     run.duration, detail)
+def log_run(run: Run, outcome: str, detail: str = "") -> None:
+    """The log line of a run that did not simply succeed."""
+    if outcome == "lost":
+        detail = "the claim was no longer this worker's; outcome not recorded"
+    outcomes.log_outcome(_line(run, outcome, detail), outcome)
 
-    def _log(self, run: Run, outcome: str, detail: str = "") -> None:
-        if outcome == "lost":
-            detail = "the claim was no longer this worker's; outcome not recorded"
-        outcomes.log_outcome(self._line(run, outcome, detail), outcome)
 
-    def settle_before_exit(self) -> None:
-        """One last try at writing; what fails is left to the supervisor,
-        which finds it in the ledger once this process is gone."""
-        try:
-            self.write_finished(now_or_never=True)
-            self.release_withdrawn()
-        except psycopg2.Error as exc:
-            log.warning("worker %d: could not write its last outcomes (%s); its supervisor"
-                        " will", self.index, db.one_line(exc, self.config.database_url))
+def _line(run: Run, outcome: str, detail: str = "") -> str:
+    job = run.claimed
+    return outcomes.outcome_line(job.id, job.kind, job.attempt, job.max_attempts, outcome,
+                                 run.duration, detail)
 
-    def abandon_running(self) -> None:
-        """The drain's deadline passed: what still runs is given back by the
-        supervisor once this process has exited."""
-        left = self.executor.abandon()
-        self.settle_before_exit()
-        log.warning("worker %d: drain deadline passed with jobs %s still running; their"
-                    " claims are released as this worker exits", self.index,
-                    sorted(run.claimed.id for run in left))
+
+def _log_ended(ended: list[tuple[Run, str]]) -> None:
+    outcomes.log_successes([_line(run, "succeeded")
+                            for run, outcome in ended if outcome == "succeeded"])
+    for run, outcome in ended:
+        if outcome != "succeeded":
+            log_run(run, outcome, run.decision.summary)

@@ -2,8 +2,8 @@
 
 Plain ``def`` handlers run on a pool of threads, started as they are needed
 and kept for the worker's life; ``async def`` handlers run as tasks on one
-event loop in a thread of its own, so a thousand waiting jobs cost a
-thousand tasks, not a thousand threads. Both kinds share the same slots.
+event loop in a thread of its own (see :mod:`.event_loop`). Both kinds
+share the same slots.
 
 A thread that finishes a run takes the next ready one itself, so jobs that
 take no time flow through one thread without a hand-over each. Every run's
@@ -22,14 +22,12 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from ..ipc import ledger
 from .. import outcomes, registry
 from .claims import Run
-
-if TYPE_CHECKING:
-    import asyncio
+from .event_loop import EventLoop
 
 #: Runs shorter than this on average (no-ops, cache writes) mostly hold the
 #: interpreter lock: a second thread would only contend for it, so the
@@ -41,10 +39,7 @@ HOLD_BACK_SECONDS = 0.001
 #: A run handed to a resting thread while nothing else ran (a job picked up
 #: by an idle worker): the main thread waits up to this long for that thread
 #: to take the interpreter lock, instead of keeping it for its bookkeeping
-#: until it next blocks. Traced on the 2-core machine, the handler then
-#: started 60 us sooner after its claim came back (140 us against 200 of a
-#: pick-up of 1.2 ms): the thread woke while the main thread still held the
-#: lock, and once it was let go, a second wake-up took 80 us more.
+#: until it next blocks, so that the handler starts without a second wake-up.
 HAND_OVER_SECONDS = 0.001
 
 log = logging.getLogger("motir_supervisor.worker")
@@ -63,9 +58,13 @@ class _Thread:
 
 
 class Executor:
+    """A worker's slots. The main thread submits and takes back runs; the
+    handler threads and the event loop's thread start and end them."""
+
     def __init__(self, capacity: int, entries: ledger.Ledger, *, retry_base: float,
                  retry_cap: float, wake: Callable[[], None],
                  save_checkpoint: Callable[[int, Any], bool], title: Callable[[str], None]):
+        # Set here and never changed: read by any thread.
         self.capacity = capacity
         self.ledger = entries
         self.retry_base = retry_base
@@ -73,14 +72,30 @@ class Executor:
         self._wake = wake
         self._save_checkpoint = save_checkpoint
         self._title = title
+        #: Guards every field below. Each is changed only under it, by the
+        #: main thread (submit, withdraw, time_out, abandon), a handler thread
+        #: ending a run (_finish) or the event loop's thread (_finish of an
+        #: async run). The main thread also reads some without it, each noted
+        #: with why a stale value is safe.
         self._lock = threading.Lock()
+        #: Runs submitted and not started, in priority order. Read without
+        #: the lock by free_slots() and next_nudge(): a run starting moves from
+        #: here to _running, so a stale count errs by a run the next loop
+        #: corrects, and a run taken meanwhile is an IndexError caught.
         self._ready: collections.deque[Run] = collections.deque()
+        #: Runs whose handler is running. Read without the lock by
+        #: free_slots() and busy (a length, see _ready).
         self._running: set[Run] = set()
+        #: Ended runs the main thread has not taken yet, and when the first
+        #: of them ended. Read without the lock by finished_since(): a value
+        #: one run late only moves the next write of outcomes by a loop.
         self._finished: list[Run] = []
-        #: When the first of the runs in _finished ended.
         self._finished_since = 0.0
         #: Sync runs running; the latest runs' lengths and their median (a
-        #: median, since a run that waited for the interpreter lock is an outlier).
+        #: median, since a run that waited for the interpreter lock is an
+        #: outlier). _sync_running and _run_seconds are read without the lock
+        #: by _holding_back() and run_seconds: a number one run late only
+        #: delays the choice to hold back by a run.
         self._sync_running = 0
         self._recent: collections.deque[float] = collections.deque(maxlen=15)
         self._run_seconds: float | None = None
@@ -92,9 +107,12 @@ class Executor:
         self._last_starter: _Thread | None = None
         #: The resting thread the latest submit() woke, if any.
         self._woken: _Thread | None = None
+        #: Handler threads resting until handed a run.
         self._idle: list[_Thread] = []
+        #: Set by stop_starting(): nothing starts any more.
         self._stopped = False
-        self._loop: asyncio.AbstractEventLoop | None = None
+        #: Where async handlers run; its loop starts with the first of them.
+        self._async = EventLoop(self._announce, self._job_handle, self._finish)
 
     # -- the main thread's side ------------------------------------------------
 
@@ -145,6 +163,10 @@ class Executor:
     def free_slots(self) -> int:
         """Slots no run holds and no ready run is about to take."""
         return self.capacity - len(self._running) - len(self._ready)
+
+    def has_live_runs(self) -> bool:
+        """A handler is still running, other than one left behind after its timeout."""
+        return any(not run.timed_out for run in self.running())
 
     def running(self) -> list[Run]:
         with self._lock:
@@ -233,7 +255,7 @@ class Executor:
             self._running.add(run)
             self.ledger.mark(run.entry, ledger.RUNNING)
             if run.is_async:
-                self._event_loop().call_soon_threadsafe(self._start_task, run)
+                self._async.start(run)
                 continue
             self._sync_running += 1
             self._last_start = run.started
@@ -273,8 +295,8 @@ class Executor:
             self._ended += 1
             if self._ended & 3 == 0 or len(recent) < recent.maxlen:
                 # Every fourth run: a window of 15 moves little in three,
-                # and sorting it after every run was a fair share of what
-                # the executor spends on a no-op job.
+                # and sorting after every run would cost a no-op job more
+                # than its handler.
                 self._run_seconds = sorted(recent)[len(recent) // 2]
             # Under the lock, so that abandon() never marks a run that has ended.
             self.ledger.decide(run.entry, decision.state, run.duration, decision.error,
@@ -352,43 +374,3 @@ class Executor:
         except BaseException as exc:  # noqa: BLE001 - every failure is the job's outcome
             return exc
         return None
-
-    # -- the event loop ---------------------------------------------------------------
-
-    def _event_loop(self) -> asyncio.AbstractEventLoop:
-        """The loop of async handlers, started on first use."""
-        if self._loop is None:
-            # Imported here: a fleet of def handlers only would otherwise
-            # wait for asyncio's imports (13 of the 70 ms a supervisor spends
-            # importing on the 2-core VM) before its first job.
-            import asyncio
-            started = threading.Event()
-
-            def serve() -> None:
-                self._loop = asyncio.new_event_loop()
-                started.set()
-                self._loop.run_forever()
-
-            threading.Thread(target=serve, name="async-handlers", daemon=True).start()
-            started.wait()
-        return self._loop
-
-    def _start_task(self, run: Run) -> None:
-        self._loop.create_task(self._run_async(run))
-
-    async def _run_async(self, run: Run) -> None:
-        import asyncio  # imported by _event_loop already: a lookup in sys.modules
-        error = None
-        timeout = run.registration.timeout
-        try:
-            self._announce(run)
-            async with asyncio.timeout(timeout) as limit:
-                await run.registration.handler(self._job_handle(run))
-        except TimeoutError as exc:
-            error = exc
-            if limit.expired():
-                error = TimeoutError(f"ran past the timeout of its kind ({timeout:g}s);"
-                                     " its task was cancelled")
-        except BaseException as exc:  # noqa: BLE001 - every failure is the job's outcome
-            error = exc
-        self._finish(run, error, None)

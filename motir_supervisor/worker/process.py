@@ -1,15 +1,18 @@
-"""One worker process: its lifecycle, its signals and its loop (how it
-waits is :mod:`waiting`'s; how it ends, :mod:`exits`).
+"""One worker process: its lifecycle, its signals and its loop.
 
 The supervisor forks the process and calls :meth:`Worker.run` in the child;
-this module does no forking and holds no SQL. The main thread owns the
-worker's database connection (through :class:`holdings.Holdings`) and all
-waiting: it claims what its free slots can start, hands the runs to the
-:class:`executor.Executor`, and meanwhile writes outcomes, renews leases,
-enforces timeouts and the drain, and waits for wake-ups (see
-:mod:`wakeups`). While a handler may still be running, this process never
-gives its claim back itself: it exits, and the supervisor releases the claim
-once the process is gone, so a job can never run here and elsewhere at once.
+this module does no forking and holds no SQL. The worker is composed of
+roles, each an object of its own module built here with what it needs: the
+:class:`.producer.Producer` claims, the :class:`.executor.Executor` runs,
+the :class:`.completer.Completer` writes outcomes, the
+:class:`.leases.Leases` keep the claims, the :class:`.poller.Poller`
+waits, and :class:`.timeouts.Timeouts` ends sync runs past their timeout.
+The main thread owns the worker's database connection and calls every
+role; only the executor's handler threads run anything else.
+
+While a handler may still be running, this process never gives its claim
+back itself: it exits, and the supervisor releases the claim once the
+process is gone, so a job can never run here and elsewhere at once.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ import logging
 import os
 import random
 import signal
-import threading
 import time
 from typing import Any
 
@@ -26,30 +28,32 @@ import psycopg2
 
 from .. import db, metrics, registry
 from ..config import Config
-from .executor import Executor
-from .title import WorkerTitle
-from ..ipc.lifecycle import (EXIT_BOOT_FAILURE, EXIT_OK, EXIT_RECYCLED, EXIT_TIMEOUT,
-                             HANDLED_SIGNALS, ExitNow, report_ready,
-                             set_parent_death_signal)
-from .producer import Holdings
 from ..ipc.ledger import Ledger
-from ..maintenance.limits import LimitsSync
-from ..logs import flush_logs
-from .recycling import Recycling
-from ..maintenance.scheduler import Schedule, Scheduler
+from ..ipc.lifecycle import (EXIT_BOOT_FAILURE, EXIT_OK, EXIT_RECYCLED, EXIT_TIMEOUT,
+                             HANDLED_SIGNALS, ExitNow, report_ready, set_parent_death_signal)
 from ..ipc.tokens import Kicks, Token
-from .poller import Waiting
+from ..logs import flush_logs
+from ..maintenance.limits import LimitsSync
+from ..maintenance.scheduler import SchedulerSeat
+from .batching import RoundTrips
+from .checkpoints import Checkpoints
+from .claims import Run
+from .completer import Completer
+from .executor import Executor
+from .leases import Leases
+from .poller import Poller
+from .producer import Producer
+from .recycling import Recycling
+from .timeouts import Timeouts
+from .title import WorkerTitle
 
 log = logging.getLogger(__name__)
 
 #: Reconnecting after an outage backs off from the first to the last of these.
 RECONNECT_BACKOFF = (0.1, 5.0)
-#: While any kind is limited, a worker with room tries the limited claim at
-#: least this often, whatever it heard.
-LIMITED_CLAIM_BACKSTOP_SECONDS = 1.0
 
 
-class Worker(Waiting):
+class Worker:
     def __init__(self, config: Config, index: int, claimant: str, parent_pid: int,
                  ready_fd: int = -1, ledger: Ledger | None = None,
                  token: Token | None = None, kicks: Kicks | None = None,
@@ -60,17 +64,6 @@ class Worker(Waiting):
         self.parent_pid = parent_pid
         self.ready_fd = ready_fd
         self.ledger = ledger or Ledger(config.ledger_entries)
-        #: Only with LISTEN: one worker of the supervisor listens, the others
-        #: are kicked (see wakeups).
-        self.token = token if config.listen else None
-        self.kicks = kicks if config.listen else None
-        #: The scheduler runs in the one worker holding this token, once the
-        #: apps are imported and name a schedule (see _take_scheduler_token).
-        self.scheduler_token = scheduler_token
-        self.scheduler: Scheduler | None = None
-        self._schedules: list[Schedule] = []
-        self._next_token_try = 0.0
-        self._next_listener_try = 0.0
         self.title = WorkerTitle(index)
         self.recycling = Recycling(config.max_jobs_per_worker, config.max_worker_memory_mb)
         # --no-listen is for PgBouncer in transaction mode, where a prepared
@@ -78,38 +71,36 @@ class Worker(Waiting):
         self.store = db.JobStore(config.database_url,
                                  application_name=f"motir-supervisor worker {index}",
                                  timeout_seconds=config.renew_every, prepare=config.listen)
-        # Checkpoints come from handler threads; a store of their own keeps
-        # the main thread's connection (and its LISTEN) out of their hands.
-        self._checkpoint_store = db.JobStore(
-            config.database_url, application_name=f"motir-supervisor worker {index} checkpoints",
-            timeout_seconds=config.renew_every)
-        self._checkpoint_lock = threading.Lock()
+        self.scheduler_seat = SchedulerSeat(self.store, scheduler_token, index)
+        self.checkpoints = Checkpoints(config, claimant, index)
+        #: Signals received, appended by the handler and taken by the main
+        #: thread (both run on the main thread: no lock needed).
         self._signals: list[int] = []
-        self._wake_r, self._wake_w = -1, -1
         self.executor = Executor(
             config.concurrency, self.ledger, retry_base=config.retry_base_seconds,
             retry_cap=config.retry_max_seconds, wake=self.wake,
-            save_checkpoint=self.save_checkpoint, title=self.title)
-        self.holdings = Holdings(config, claimant, index, self.store, self.executor,
-                                 self.ledger, stop_check=self._stop_landed)
-        self.holdings.claims_left = self.recycling.claim_budget
+            save_checkpoint=self.checkpoints.save, title=self.title)
+        # Only with LISTEN: one worker of the supervisor listens, the others
+        # are kicked (see ipc.tokens).
+        self.poller = Poller(config, index, self.store, self.executor, self.title,
+                             token if config.listen else None,
+                             kicks if config.listen else None)
+        #: The runs whose claims are this worker's until their outcome or
+        #: release is written: the producer adds, the completer removes.
+        held: dict[int, Run] = {}
+        round_trips = RoundTrips()
+        self.completer = Completer(config, claimant, index, self.store, self.executor,
+                                   self.ledger, held, round_trips)
+        self.leases = Leases(config, claimant, index, self.store, self.executor, held)
+        self.producer = Producer(config, claimant, index, self.store, self.executor,
+                                 self.ledger, held, self.completer, self.leases, self.poller,
+                                 round_trips, stop_check=self._stop_landed)
+        self.producer.claims_left = self.recycling.claim_budget
+        self.timeouts = Timeouts(self.executor)
         self.stop_requested = False
         self.drain_deadline = float("inf")
         self.exit_code = EXIT_OK
-        #: Whether a claim now could find something: set by a wake-up, a
-        #: kick, the poll timer or a claim that took all it asked for.
-        self.may_have_work = True
-        #: Whether any kind is limited, fleet-wide (job_queue_limits), and
-        #: whether claim_limited_jobs could find something now: set by what
-        #: sets may_have_work, and by a limited claim that left some behind.
-        #: A limited kind's slot that frees notifies (migrations/0004).
-        self.limits_exist = False
-        self.limited_may_have_work = True
         self.limits_sync = LimitsSync(self.store, index)
-        self._next_limited_claim = 0.0
-        #: When an idle worker looks again without being woken.
-        self._idle_until = 0.0
-        self._poll_backoff = 0.0
         self._reconnect_backoff = 0.0
         #: After a database error, nothing is sent before this time.
         self._database_retry_at = 0.0
@@ -131,13 +122,13 @@ class Worker(Waiting):
         except registry.AppImportError as exc:
             log.error("worker %d: %s", self.index, exc)
             return EXIT_BOOT_FAILURE
-        self._schedules = [r.schedule for r in registry.scheduled()]
+        self.scheduler_seat.schedules = [r.schedule for r in registry.scheduled()]
         if registry.any_async():
             # Imported now rather than by the first async run, under the
             # executor's lock; a no-op when the supervisor imported it before
             # the fork (see registry.preload_asyncio_for). The loop itself
-            # starts with the first async run: a thread of its own in every
-            # worker took about 0.4 MB each of one that runs only def jobs.
+            # starts with the first async run, so that a worker that runs
+            # only def jobs keeps no loop thread.
             import asyncio  # noqa: F401
         if warning := self.recycling.warning_at_boot():
             log.warning("worker %d %s", self.index, warning)
@@ -152,10 +143,7 @@ class Worker(Waiting):
             self.store.close()
 
     def _install_signals(self) -> None:
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        signal.set_wakeup_fd(self._wake_w)
+        signal.set_wakeup_fd(self.poller.open_wake_pipe())
         for signum in (signal.SIGTERM, signal.SIGQUIT):
             signal.signal(signum, self._record_signal)
         # Ctrl-C reaches the whole process group; the supervisor forwards it
@@ -172,16 +160,20 @@ class Worker(Waiting):
 
     def _absorb_signals(self) -> None:
         while self._signals:
-            signum = self._signals.pop(0)
-            if signum == signal.SIGTERM:
-                self.begin_stop(self.config.drain_seconds, "stopping")
-            else:
-                self.begin_stop(0.0, "giving back unfinished jobs now")
+            name = signal.Signals(self._signals.pop(0)).name
+            getattr(self, f"handle_{name[3:].lower()}")()
         if not self.draining and self.ledger.stop_asked:
             self.begin_stop(self.config.drain_seconds, "stopping")
         if not self.draining and os.getppid() != self.parent_pid:
             log.warning("worker %d: supervisor is gone; draining", self.index)
             self.begin_stop(self.config.drain_seconds, "draining")
+
+    def handle_term(self) -> None:
+        self.begin_stop(self.config.drain_seconds, "stopping")
+
+    def handle_quit(self) -> None:
+        """A second signal to the supervisor: give back what is left now."""
+        self.begin_stop(0.0, "giving back unfinished jobs now")
 
     def _stop_landed(self) -> bool:
         self._absorb_signals()
@@ -203,7 +195,7 @@ class Worker(Waiting):
                      drain_seconds)
         self.stop_requested = True
         self.drain_deadline = deadline
-        self.holdings.withdraw_unstarted()
+        self.producer.withdraw_unstarted()
         for run in self.executor.running():
             run.stopping.set()
         self._hand_on_tokens()
@@ -213,13 +205,13 @@ class Worker(Waiting):
         Unlike a stop, nothing goes back (claimed jobs not started yet run
         here too) and no deadline cuts a run short. The ledger says so at
         once, so that the replacement starts, and claims, meanwhile."""
-        held = self.holdings.held.values()
+        held = self.producer.held.values()
         log.info("worker %d (pid %d) recycling %s; the %d jobs it holds end here, %d of them"
                  " not started yet", self.index, os.getpid(), reason, len(held),
                  sum(1 for run in held if run.started is None and not run.withdrawn))
         self.exit_code = EXIT_RECYCLED
         self.stop_requested = True
-        self.holdings.keep_unstarted = True
+        self.producer.keep_unstarted = True
         self._hand_on_tokens()
         self.ledger.set_retiring(reason)
         self.title.prefix = f"recycling {reason}, "
@@ -227,47 +219,27 @@ class Worker(Waiting):
 
     def _hand_on_tokens(self) -> None:
         """Let another worker listen and schedule: this one claims nothing more."""
-        if self.token is not None and self.token.held:
-            # Another worker listens from now on, not a draining one.
-            self.token.give_up()
-            self.store.listen = False
-            self.kicks.kick()
-        if self.scheduler is not None:
-            # Another worker (a staying one, or the replacement) schedules.
-            self.scheduler_token.give_up()
-            self.scheduler = None
+        self.poller.hand_on_listener_token()
+        self.scheduler_seat.hand_on()
 
     def wake(self) -> None:
         """Wake the main thread (called from handler threads)."""
-        try:
-            os.write(self._wake_w, b"\0")
-        except OSError:
-            pass
-
-    def save_checkpoint(self, job_id: int, data: Any) -> bool:
-        with self._checkpoint_lock:
-            try:
-                return self._checkpoint_store.save_checkpoint(job_id, self.claimant, data)
-            except db.CONNECTION_ERRORS:
-                self._checkpoint_store.close()
-                raise
+        self.poller.wake()
 
     # -- the loop -------------------------------------------------------------
 
     def _work_until_stopped(self) -> int:
-        holdings = self.holdings
         while True:
             self._absorb_signals()
             self.executor.nudge()
             now = time.monotonic()
-            if holdings.watch(now):
-                self.begin_timeout_retirement()
+            self._watch(now)
             if self.stop_requested:
-                if not holdings.anything_running():
-                    holdings.settle_before_exit()
+                if not self.executor.has_live_runs():
+                    self._settle_before_exit()
                     return self.exit_code
                 if now >= self.drain_deadline:
-                    holdings.abandon_running()
+                    self._abandon_running()
                     raise ExitNow(self.exit_code)
             if now >= self._database_retry_at:
                 try:
@@ -280,14 +252,25 @@ class Worker(Waiting):
             # After the claims: one that spent the last of the budget recycles
             # before this worker waits, still holding the listener's token.
             if not self.stop_requested and (
-                    reason := self.recycling.reason(holdings.claims_left, now)):
+                    reason := self.recycling.reason(self.producer.claims_left, now)):
                 self.begin_recycling(reason)
-            holdings.update_lease_alarm()
+            self.leases.update_alarm()
             flush_logs()
             self._wait()
 
+    def _watch(self, now: float) -> None:
+        """Slow claims, lapsing leases, timeouts."""
+        self.producer.give_back_slow_claims(now)
+        if self.leases.lapsing(now):
+            # The claims may soon be someone else's: nothing more starts,
+            # and running handlers are asked to stop.
+            self.producer.withdraw(lambda run: True)
+            for run in self.executor.running():
+                run.stopping.set()
+        if self.timeouts.time_out_runs(now):
+            self.begin_timeout_retirement()
+
     def _talk_to_database(self, now: float) -> None:
-        holdings = self.holdings
         if not self.store.connected:
             self._connect()
         # Renew first, so that a claim never starts handlers under a lease
@@ -295,50 +278,80 @@ class Worker(Waiting):
         # once). Then claim before writing: a slot a run has just left starts
         # its next job a round trip sooner, and the ended run's outcome is
         # safe in the ledger meanwhile.
-        holdings.renew_leases_if_due(now)
-        holdings.recheck_claims_if_due(now)
+        if self.leases.renew_if_due(now):
+            # Jobs that have not started and were cancelled, or are no longer
+            # ours, never will here: their release makes the cancelled ones
+            # cancelled and, fenced, leaves the lost ones to their new owner.
+            self.producer.withdraw(lambda run: run.stopping.value)
+        self.producer.recheck_claims_if_due(now)
         self._claim_while_room()
-        holdings.write_finished()
-        holdings.release_withdrawn()
+        self._write_finished()
+        self.completer.release_withdrawn()
         self._reconnect_backoff = 0.0
         self._claim_while_room()
-        self._look_for_listener_token(now)
-        if self._take_scheduler_token():
-            self.scheduler.run_when_due()
+        if not self.stop_requested:
+            self.poller.look_for_listener_token(now)
+        if not self.stop_requested and self.scheduler_seat.take():
+            self.scheduler_seat.scheduler.run_when_due()
+
+    def _write_finished(self, now_or_never: bool = False) -> None:
+        self.producer.collect_finished()
+        self.completer.write_finished(now_or_never)
 
     def _claim_while_room(self) -> None:
-        while (room := self._room_to_claim()) > 0:
-            now = time.monotonic()
-            if self.limits_exist and (self.limited_may_have_work
-                                      or now >= self._next_limited_claim):
-                # The backstop: a wake-up lost (or never sent: --no-listen)
-                # delays a limited job by a second at most.
-                self._next_limited_claim = now + LIMITED_CLAIM_BACKSTOP_SECONDS
-                claimed, more_due = self.holdings.claim_limited()
-                self.limited_may_have_work = more_due
-                if more_due and claimed and self.kicks is not None:
-                    self.kicks.kick()
-                if claimed:
-                    continue
-            claimed, more_due = self.holdings.claim(room)
-            if more_due and self.kicks is not None:
-                self.kicks.kick()
-            if not claimed:
-                self.may_have_work = False
-                self._go_idle()
-                return
-            self._poll_backoff = 0.0
-            if self.holdings.last_claim_was_short:
-                self.may_have_work = False
+        if self.producer.claim_while_room(self.stop_requested):
+            self._go_idle()
 
-    def _room_to_claim(self) -> int:
-        """How many jobs to claim now (computed once: the reserve moves with
-        the clock); 0 for none."""
-        # Ended claims first: the batch size follows them, not the writes.
-        self.holdings.collect_finished()
-        if not self.may_have_work or self.stop_requested:
-            return 0
-        return self.holdings.room()
+    def _go_idle(self) -> None:
+        """After an empty claim: when to look again without being woken."""
+        if not self.executor.busy:
+            self.title("idle")
+        self.poller.take_listener_token()
+        self._sync_limits()
+        now = time.monotonic()
+        until_due, self.producer.limits_exist = self.store.seconds_until_next_due(
+            self.producer.queues)
+        self.poller.idle(now, until_due)
+
+    def _wait(self) -> None:
+        """Sleep until a signal, a handler's news, a wake-up or the next timer."""
+        now = time.monotonic()
+        timers = [self.producer.next_timer(), self.leases.next_timer(),
+                  self.timeouts.next_timer(), self.completer.next_timer(),
+                  self.executor.next_nudge(), now + 1.0]
+        scheduler = self.scheduler_seat.scheduler
+        if scheduler is not None and not self.stop_requested:
+            # Not before the database may be tried again: no spinning meanwhile.
+            timers.append(max(scheduler.next_pass, self._database_retry_at))
+        if self.stop_requested:
+            timers.append(self.drain_deadline)
+        if now < self._database_retry_at:
+            timers.append(self._database_retry_at)
+        elif self.completer.has_unwritten():
+            timers.append(now + 0.05)
+        room = not self.stop_requested and self.producer.room() > 0
+        free = room and self.executor.free_slots() > 0
+        self.poller.wait(timers, room, free, self.stop_requested,
+                         may_claim=now >= self._database_retry_at)
+
+    def _settle_before_exit(self) -> None:
+        """One last try at writing; what fails is left to the supervisor,
+        which finds it in the ledger once this process is gone."""
+        try:
+            self._write_finished(now_or_never=True)
+            self.completer.release_withdrawn()
+        except psycopg2.Error as exc:
+            log.warning("worker %d: could not write its last outcomes (%s); its supervisor"
+                        " will", self.index, db.one_line(exc, self.config.database_url))
+
+    def _abandon_running(self) -> None:
+        """The drain's deadline passed: what still runs is given back by the
+        supervisor once this process has exited."""
+        left = self.executor.abandon()
+        self._settle_before_exit()
+        log.warning("worker %d: drain deadline passed with jobs %s still running; their"
+                    " claims are released as this worker exits", self.index,
+                    sorted(run.claimed.id for run in left))
 
     def begin_timeout_retirement(self) -> None:
         """A sync handler ran past its timeout and cannot be stopped from
@@ -350,25 +363,22 @@ class Worker(Waiting):
         self.begin_stop(self.config.drain_seconds, "replacing itself after a timeout")
 
     def _connect(self) -> None:
-        if self.token is not None and self.token.held:
+        token = self.poller.token
+        if token is not None and token.held:
             self.store.listen = True
         self.store.open()
         log.debug("worker %d connected to %s, %s", self.index,
                   db.describe_dsn(self.config.database_url),
-                  "polling only" if self.token is None
+                  "polling only" if token is None
                   else "listening" if self.store.listen else "woken by the listener")
-        self.holdings.after_reconnect()
+        self.producer.after_reconnect()
         self._sync_limits()
         # Whatever was announced while the connection was down went unheard.
-        self._expect_work()
-
-    def _expect_work(self) -> None:
-        self.may_have_work = True
-        self.limited_may_have_work = True
+        self.poller.expect_work()
 
     def _sync_limits(self) -> None:
         if (limits_exist := self.limits_sync.run()) is not None:
-            self.limits_exist = limits_exist
+            self.producer.limits_exist = limits_exist
 
     def _database_failed(self, exc: BaseException) -> None:
         self.store.close()

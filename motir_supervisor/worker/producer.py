@@ -1,86 +1,132 @@
-"""What one worker holds: its claims and their leases (how much it claims is
-:mod:`sizing`'s; writing what the runs ended with, :mod:`writing`'s).
+"""The producer of a worker: it claims jobs for the executor's slots.
 
-The worker's main thread calls these verbs; each database round trip goes
-through :mod:`db`, and each job's state is mirrored in the worker's ledger
-so that the supervisor can settle it if the worker dies. This module runs no
-handler, forks nothing and handles no signal.
+How many (the free slots, a reserve beside the running jobs, whole
+batches for jobs that take no time; the numbers are :mod:`.batching`'s),
+from which lane (the regular claim, or the limited one for kinds with
+``max_running``), and what goes back before it starts (a slow claim's
+waiting jobs, a stop's, a lost claim's). Each job it claims is mirrored in
+the worker's ledger so that the supervisor can settle it if the worker
+dies. The worker's main thread calls these verbs and owns every field
+here. The producer runs no handler, writes no outcome (:mod:`.completer`
+does) and renews no lease (:mod:`.leases` does).
 """
 
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 import time
 from typing import Callable
 
 from .. import db, metrics, registry
-from ..ipc import ledger
 from ..config import Config
-from .executor import Executor
+from ..ipc import ledger
+from .batching import (SLOW_BATCH_SECONDS, URGENT_CLAIM_ROWS, URGENT_WATCH_SECONDS, RoundTrips,
+                       Turnover, next_batch_size, reserve_size)
 from .claims import Claim, Run
-from .batching import (SLOW_BATCH_SECONDS, URGENT_CLAIM_ROWS, URGENT_WATCH_SECONDS, Turnover,
-                       next_batch_size, next_round_trip, reserve_size)
-from .completer import WRITE_EVERY_SECONDS, OutcomeWriting
+from .completer import Completer
+from .executor import Executor
+from .leases import Leases
+from .poller import Poller
 
 log = logging.getLogger("motir_supervisor.worker")
 
+#: While any kind is limited, a worker with room tries the limited claim at
+#: least this often, whatever it heard.
+LIMITED_CLAIM_BACKSTOP_SECONDS = 1.0
 #: A claim in doubt when the connection broke may commit later still; its
 #: rows are looked for once more this long after the reconnect.
 CLAIM_RECHECK_SECONDS = 2.0
-#: The lease alarm goes off this long before the lease would expire.
-LEASE_ALARM_MARGIN_SECONDS = 0.5
 
 
-class Holdings(OutcomeWriting):
+class Producer:
     def __init__(self, config: Config, claimant: str, index: int, store: db.JobStore,
-                 executor: Executor, entries: ledger.Ledger,
-                 stop_check: Callable[[], bool] = lambda: False):
+                 executor: Executor, entries: ledger.Ledger, held: dict[int, Run],
+                 completer: Completer, leases: Leases, poller: Poller | None,
+                 round_trips: RoundTrips, stop_check: Callable[[], bool] = lambda: False):
         self.config = config
         self.claimant = claimant
         self.index = index
         self.store = store
         self.executor = executor
         self.ledger = entries
+        #: Every run whose claim is this worker's until its outcome or
+        #: release is written: added here, removed by the completer, read by
+        #: the leases.
+        self.held = held
+        self.completer = completer
+        self.leases = leases
+        #: Says whether a claim could find work now, and hears of more.
+        self.poller = poller
+        self.round_trips = round_trips
+        #: Whether the stop signal has landed (the worker's check).
         self.stop_check = stop_check
         self.queues = list(config.queues) or None
+        #: Whether any kind is limited, fleet-wide (job_queue_limits): the
+        #: worker sets it from what the database says.
+        self.limits_exist = False
+        self._next_limited_claim = 0.0
         self.batch_size = 1
-        #: Every run whose claim is ours until its outcome or release is written.
-        self.held: dict[int, Run] = {}
+        #: Claims with runs neither ended nor withdrawn yet.
         self._open_claims: list[Claim] = []
-        self._to_write: list[Run] = []
-        self._to_release: list[Run] = []
-        self.lease_confirmed = 0.0
-        self.next_renewal = float("inf")
-        self._lease_warned = False
-        self._alarm_at: float | None = None
         self._claim_in_doubt = False
+        self._recheck_claims_at: float | None = None
         self.last_claim_was_short = False
         #: Jobs still to claim before the worker recycles (see recycling): no
         #: claim asks for more, so a worker runs its limit exactly, and a job
         #: given back before it started gives its share back.
         self.claims_left = sys.maxsize
-        #: Recycling: slow claims keep their jobs, which run here (see watch).
+        #: Recycling: slow claims keep their jobs, which run here.
         self.keep_unstarted = False
-        self._has_timeouts: bool | None = None
         #: When the batch size last changed: a claim sent before that says
         #: nothing about the size now, so its close leaves the size alone.
         self._size_changed_at = 0.0
-        #: When the oldest outcome still to write was taken from the executor.
-        self._unwritten_since = 0.0
-        self._recheck_claims_at: float | None = None
         #: When a claim last brought a job ahead of the ones claimed before
         #: it, and the priority of the last job of the latest regular claim
         #: (see URGENT_WATCH_SECONDS).
         self._urgent_seen_at = float("-inf")
         self._last_claimed_priority: int | None = None
-        #: The running average of the worker's claims and writes of outcomes.
-        self.round_trip = 0.0
         #: The runs taken from the executor lately.
         self.turnover = Turnover()
 
     # -- claiming ----------------------------------------------------------------
+
+    def claim_while_room(self, stopping: bool) -> bool:
+        """Claim while there is room and, the poller says, work; True when a
+        claim came back empty (the worker then goes idle)."""
+        poller = self.poller
+        while (room := self._room_to_claim(stopping)) > 0:
+            now = time.monotonic()
+            if self.limits_exist and (poller.limited_may_have_work
+                                      or now >= self._next_limited_claim):
+                # The backstop: a wake-up lost (or never sent: --no-listen)
+                # delays a limited job by a second at most.
+                self._next_limited_claim = now + LIMITED_CLAIM_BACKSTOP_SECONDS
+                claimed, more_due = self.claim_limited()
+                poller.limited_may_have_work = more_due
+                if more_due and claimed:
+                    poller.kick()
+                if claimed:
+                    continue
+            claimed, more_due = self.claim(room)
+            if more_due:
+                poller.kick()
+            if not claimed:
+                poller.may_have_work = False
+                return True
+            poller.claimed()
+            if self.last_claim_was_short:
+                poller.may_have_work = False
+        return False
+
+    def _room_to_claim(self, stopping: bool) -> int:
+        """How many jobs to claim now (computed once: the reserve moves with
+        the clock); 0 for none."""
+        # Ended claims first: the batch size follows them, not the writes.
+        self.collect_finished()
+        if not self.poller.may_have_work or stopping:
+            return 0
+        return self.room()
 
     def room(self) -> int:
         """How many jobs to claim now; 0 when nothing should be.
@@ -108,11 +154,7 @@ class Holdings(OutcomeWriting):
         # Runs going on longer than the average say it is out of date.
         seconds = max(typical, self.executor.longest_running(now))
         return reserve_size(self.config.concurrency, seconds, self.batch_size,
-                            self.turnover.per_second(now), self.round_trip)
-
-    def _took(self, sent: float) -> None:
-        """A round trip sent at ``sent`` came back."""
-        self.round_trip = next_round_trip(self.round_trip, time.monotonic() - sent)
+                            self.turnover.per_second(now), self.round_trips.average)
 
     def claim(self, room: int) -> tuple[int, bool]:
         """Claim ``room`` jobs (as room() said just before, > 0), or a whole
@@ -149,7 +191,7 @@ class Holdings(OutcomeWriting):
         claim_jobs = self.store.claim_limited_jobs if limited else self.store.claim_due_jobs
         jobs, more_due = claim_jobs(self.claimant, limit, self.config.lease_seconds, self.queues)
         self._claim_in_doubt = False
-        self._took(sent)
+        self.round_trips.took(sent)
         self.claims_left -= len(jobs)
         if not jobs:
             if not limited:
@@ -166,9 +208,7 @@ class Holdings(OutcomeWriting):
             # Only behind a backlog (due jobs left after this claim): jobs
             # given back, or a queue that ran dry, arm nothing.
             self._last_claimed_priority = jobs[-1].priority if more_due else None
-        if not self.held:
-            self.lease_confirmed = sent
-            self.next_renewal = sent + self.config.renew_every
+        self.leases.claimed(sent)
         claim = Claim(sent, self.batch_size if size is None else size, limit, open=len(jobs),
                       limited=limited)
         claim.runs = [Run(job, claim, self.ledger.claim(job.id),
@@ -189,8 +229,8 @@ class Holdings(OutcomeWriting):
                         time.monotonic() - sent)
             self._withdraw_runs(claim.runs)
         else:
-            # Armed before any handler starts: see update_lease_alarm.
-            self._set_alarm(self.lease_confirmed)
+            # Armed before any handler starts: see Leases.update_alarm.
+            self.leases.arm()
             self.executor.submit(claim.runs)
         return len(jobs), more_due
 
@@ -234,7 +274,7 @@ class Holdings(OutcomeWriting):
         now = time.monotonic()
         self.claims_left += len(runs)
         for run in runs:
-            self._to_release.append(run)
+            self.completer.release_later(run)
             self._close(run, now)
 
     def after_reconnect(self) -> None:
@@ -254,58 +294,26 @@ class Holdings(OutcomeWriting):
             log.warning("worker %d: released jobs %s claimed just before the connection"
                         " was lost", self.index, released)
 
-    # -- leases ---------------------------------------------------------------------
+    def withdraw(self, wanted: Callable[[Run], bool]) -> None:
+        """The ready runs ``wanted`` selects never start here: they go back."""
+        self._withdrawn(self.executor.withdraw(wanted))
 
-    def renew_leases_if_due(self, now: float) -> None:
-        if not self.held or now < self.next_renewal:
-            return
-        sent = time.monotonic()
-        renewed = self.store.renew_leases(self.claimant, list(self.held),
-                                          self.config.lease_seconds)
-        self.lease_confirmed = sent
-        self.next_renewal = sent + self.config.renew_every
-        self._lease_warned = False
-        for job_id, run in self.held.items():
-            if run.stopping.value:
-                continue
-            if job_id not in renewed:
-                log.warning("worker %d: lost the claim on job %d; asking its handler to stop",
-                            self.index, job_id)
-                run.stopping.set()
-            elif renewed[job_id]:
-                log.info("worker %d: job %d was cancelled; asking its handler to stop",
-                         self.index, job_id)
-                run.stopping.set()
-        # Jobs that have not started and were cancelled, or are no longer
-        # ours, never will here: their release makes the cancelled ones
-        # cancelled and, fenced, leaves the lost ones to their new owner.
-        self._withdrawn(self.executor.withdraw(lambda run: run.stopping.value))
+    def collect_finished(self) -> None:
+        """Take the ended runs from the executor for the completer to write:
+        done before every claim and every write, so that the batch size
+        follows the claims that have ended rather than the writes."""
+        since = self.executor.finished_since()
+        finished = self.executor.take_finished()
+        if finished:
+            now = time.monotonic()
+            self.turnover.add(now, len(finished))
+            self.completer.add_ended(finished, now if since is None else since)
+            for run in finished:
+                self._close(run, now)
 
-    def update_lease_alarm(self) -> None:
-        """Have the kernel end this process just before the lease expires.
-
-        Renewals may block on an unreachable database, and a blocked thread
-        cannot check the time; SIGALRM at its default action ends the process
-        whatever it is doing. Once its lease has expired, another supervisor
-        may run the job, and every run here must be over by then. The alarm
-        is armed while any handler runs, from the last confirmed lease.
-        """
-        self._set_alarm(self.lease_confirmed if self.executor.busy else None)
-
-    def _set_alarm(self, confirmed_at: float | None) -> None:
-        at = (None if confirmed_at is None
-              else confirmed_at + self.config.lease_seconds - LEASE_ALARM_MARGIN_SECONDS)
-        if at == self._alarm_at:
-            return
-        self._alarm_at = at
-        left = 0.0 if at is None else max(at - time.monotonic(), 0.001)
-        signal.setitimer(signal.ITIMER_REAL, left)
-
-    # -- watching the clock ------------------------------------------------------------
-
-    def watch(self, now: float) -> bool:
-        """Slow claims, lapsing leases, timeouts; True when a sync run has just
-        run past its timeout (the worker must then replace itself)."""
+    def give_back_slow_claims(self, now: float) -> None:
+        """A claim whose jobs have not all started after SLOW_BATCH_SECONDS
+        waits for a slow run: its waiting jobs go to other workers."""
         for claim in list(self._open_claims):
             # A recycling worker gives nothing back: it claims no more, so
             # what it holds waits no longer than its own runs take.
@@ -314,56 +322,12 @@ class Holdings(OutcomeWriting):
                 claim.checked = True
                 unstarted = [run for run in claim.runs if run.started is None]
                 if unstarted:
-                    # They would wait for a slow run: let other workers have them.
                     self._resize(1, now)
                     self._withdraw_runs(unstarted)
-        lease, every = self.config.lease_seconds, self.config.renew_every
-        if self.held and now - self.lease_confirmed > lease - every:
-            # Renewals keep failing: the claims may soon be someone else's,
-            # so nothing more starts, and running handlers are asked to stop.
-            if not self._lease_warned and self.executor.busy:
-                log.error("worker %d: its lease runs out in %.1fs without a renewal;"
-                          " asking its handlers to stop", self.index,
-                          lease - (now - self.lease_confirmed))
-                self._lease_warned = True
-            self._withdrawn(self.executor.withdraw(lambda run: True))
-            for run in self.executor.running():
-                run.stopping.set()
-        return self._time_out_runs(now)
-
-    def _time_out_runs(self, now: float) -> bool:
-        if self._has_timeouts is None:
-            self._has_timeouts = any(registry.registration_for(kind).timeout
-                                     for kind in registry.registered_kinds())
-        if not self._has_timeouts:
-            return False
-        timed_out = False
-        for run in self.executor.running():
-            if run.is_async or run.timed_out or now < run.timeout_at:
-                continue
-            if self.executor.time_out(run):
-                metrics.record_run(run.claimed.kind, "timed out", run.duration)
-                self._log(run, "timed out", f"ran past its timeout of"
-                          f" {run.registration.timeout:g}s")
-                timed_out = True
-        return timed_out
-
-    def anything_running(self) -> bool:
-        """A handler is still running, other than one left behind after its timeout."""
-        return any(not run.timed_out for run in self.executor.running())
 
     def next_timer(self) -> float:
-        timers = [float("inf")]
-        if self.held:
-            timers += [self.next_renewal,
-                       self.lease_confirmed + self.config.lease_seconds - self.config.renew_every]
-        timers += [claim.sent_at + SLOW_BATCH_SECONDS for claim in self._open_claims
-                   if not claim.checked]
-        if self._has_timeouts:
-            timers += [run.timeout_at for run in self.executor.running() if not run.is_async]
-        oldest = self._oldest_unwritten()
-        if oldest is not None:
-            timers.append(oldest + WRITE_EVERY_SECONDS)
+        timers = [claim.sent_at + SLOW_BATCH_SECONDS for claim in self._open_claims
+                  if not claim.checked]
         if self._recheck_claims_at is not None:
             timers.append(self._recheck_claims_at)
-        return min(timers)
+        return min(timers, default=float("inf"))

@@ -1,5 +1,5 @@
 -- Every statement the package runs, as named blocks: a line "-- name --"
--- starts a block. Python code looks them up by name (see db.py) and never
+-- starts a block. Python code looks them up by name (see store.py) and never
 -- builds SQL text. Parameters are psycopg2 %(name)s placeholders.
 
 -- listen --

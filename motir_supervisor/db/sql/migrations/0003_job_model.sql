@@ -45,7 +45,7 @@ CREATE TRIGGER job_queue_notify_resumed
     AFTER DELETE ON job_queue_paused
     FOR EACH ROW EXECUTE FUNCTION job_queue_notify_resumed();
 
--- Periodic jobs (see schedules.py): the latest instant enqueued of each
+-- Periodic jobs (see maintenance/scheduler.py): the latest instant enqueued of each
 -- scheduled kind, and the schedule as the supervisor that wrote it read it
 -- (what `status` shows). The scheduler advances last_instant and inserts
 -- the job in one statement, so an instant is enqueued once in all.
