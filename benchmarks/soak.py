@@ -34,8 +34,7 @@ import time
 import psycopg2
 
 from motir_supervisor import db
-from tests.conftest import EXECUTIONS_TABLE
-from tests.helpers import Sql, wait_until
+from tests.helpers import EXECUTIONS_TABLE, Sql, wait_until
 from tests.pgserver import ThrowawayPostgres
 from tests.supervisors import RunningSupervisor
 

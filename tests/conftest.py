@@ -1,18 +1,47 @@
+"""The levels of the suite, and the fixtures of the two that use PostgreSQL.
+
+tests/unit needs neither a database nor a motir-supervisor process;
+tests/integration runs the package in-process against the throwaway
+PostgreSQL below; tests/e2e starts motir-supervisor processes against it
+(tests/e2e/conftest.py). Each test is marked with its level by the
+directory it sits in, so that `-m "not e2e"` and the like select by what
+a test does.
+"""
+
 import itertools
 import os
+from pathlib import Path
 
 import pytest
 
 from motir_supervisor import db
-from tests.helpers import Sql
+from tests.helpers import EXECUTIONS_TABLE, Sql
 from tests.pgserver import ThrowawayPostgres
 
 # The fixtures users get from the pytest11 entry point once the package is
 # installed; named as the entry point is, so that pytest loads it once.
 pytest_plugins = ["motir_supervisor.pytest_plugin"]
 
+LEVELS = ("unit", "integration", "e2e")
+TESTS = Path(__file__).resolve().parent
 TEMPLATE = "motir_template"
 _names = itertools.count(1)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    # First, so that -m selects by the marks given here.
+    for item in items:
+        if not item.path.is_relative_to(TESTS):
+            continue
+        level = item.path.relative_to(TESTS).parts[0]
+        if level not in LEVELS:
+            raise pytest.UsageError(f"{item.nodeid}: a test belongs in tests/unit,"
+                                    " tests/integration or tests/e2e")
+        if level == "unit" and "pg" in item.fixturenames:
+            raise pytest.UsageError(f"{item.nodeid}: a unit test uses no database;"
+                                    " it belongs in tests/integration")
+        item.add_marker(level)
 
 
 @pytest.fixture(scope="session")
@@ -53,37 +82,17 @@ def store(database_url):
     s.close()
 
 
-EXECUTIONS_TABLE = """
-CREATE TABLE test_executions (
-    execution_id bigserial PRIMARY KEY,
-    job_id       bigint NOT NULL,
-    attempt      int NOT NULL,
-    pid          int NOT NULL,
-    checkpoint   jsonb,
-    started_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
-    finished_at  timestamptz
-)"""
-
-
 @pytest.fixture
 def executions(sql):
-    """The table tests/apps/sample.py records every handler run in."""
+    """The table the handlers of tests/apps record every run in."""
     sql.rows(EXECUTIONS_TABLE)
     return sql
 
 
 @pytest.fixture
-def start_supervisor(database_url):
-    """Start `motir-supervisor run` processes; all are stopped after the test."""
-    from tests.supervisors import RunningSupervisor
+def handler_runs():
+    """The runs tests/apps/handlers_under_test.py records, none yet."""
+    from tests.apps import handlers_under_test
 
-    started = []
-
-    def start(*args, **kwargs):
-        supervisor = RunningSupervisor(database_url, *args, **kwargs)
-        started.append(supervisor)
-        return supervisor
-
-    yield start
-    for supervisor in started:
-        supervisor.stop()
+    handlers_under_test.RUNS.clear()
+    return handlers_under_test.RUNS

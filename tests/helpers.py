@@ -1,11 +1,21 @@
-"""Waiting for conditions and reading the database, shared by the tests."""
+"""What the tests of every level share: waiting for conditions, reading and
+writing job_queue, the table the handlers of tests/apps record their runs
+in, wake-up notifications, forked racers and metrics text."""
 
 from __future__ import annotations
 
+import multiprocessing
+import select
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import psycopg2
+
+from motir_supervisor import db
+
+#: The checkout: the working directory of the processes the tests start.
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.02,
@@ -39,3 +49,105 @@ class Sql:
 
     def close(self) -> None:
         self.conn.close()
+
+
+# -- job_queue -------------------------------------------------------------------
+
+def state_of(sql: Sql, job_id: int) -> str | None:
+    """The job's state, or None once its row is gone."""
+    return sql.value("SELECT state FROM job_queue WHERE id = %s", (job_id,))
+
+
+def enqueue(sql: Sql, kind: str, payload: str = "{}", count: int = 1, **columns: Any) -> list[int]:
+    """Insert ``count`` jobs of ``kind`` with a plain INSERT, as any producer
+    may; ``columns`` sets others (``max_attempts=1``, ``queue="mail"``).
+    The ids, in the order inserted."""
+    names = ["kind", "payload", *columns]
+    values = [kind, payload, *columns.values()]
+    return [r[0] for r in sql.rows(
+        f"INSERT INTO job_queue ({', '.join(names)}) SELECT {', '.join(['%s'] * len(values))}"
+        f" FROM generate_series(1, {count}) RETURNING id", values)]
+
+
+# -- test_executions: every run of the handlers in tests/apps --------------------
+
+EXECUTIONS_TABLE = """
+CREATE TABLE test_executions (
+    execution_id bigserial PRIMARY KEY,
+    job_id       bigint NOT NULL,
+    attempt      int NOT NULL,
+    pid          int NOT NULL,
+    checkpoint   jsonb,
+    started_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
+    finished_at  timestamptz
+)"""
+
+
+def running_job(sql: Sql, job_id: int) -> tuple | None:
+    """(pid, started_at) of the execution in progress, once it has started."""
+    rows = sql.rows("SELECT pid, started_at FROM test_executions WHERE job_id = %s"
+                    " AND finished_at IS NULL ORDER BY execution_id DESC LIMIT 1", (job_id,))
+    return rows[0] if rows else None
+
+
+def executions_per_job(sql: Sql) -> dict[int, int]:
+    """{job id: how many times it ran} for every row of job_queue."""
+    return dict(sql.rows("SELECT j.id, count(e.execution_id) FROM job_queue j"
+                         " LEFT JOIN test_executions e ON e.job_id = j.id GROUP BY j.id"))
+
+
+def most_at_once(spans) -> int:
+    """The largest number of (start, end) spans open at one instant."""
+    events = sorted([(end, -1) for _, end in spans] + [(start, 1) for start, _ in spans])
+    most = running = 0
+    for _, change in events:
+        running += change
+        most = max(most, running)
+    return most
+
+
+# -- wake-ups ------------------------------------------------------------------
+
+def wakeup_listener(url: str):
+    """A connection listening on the channel the insert trigger notifies."""
+    conn = psycopg2.connect(url)
+    conn.autocommit = True
+    conn.cursor().execute(f"LISTEN {db.WAKEUP_CHANNEL}")
+    return conn
+
+
+def notifications(conn, settle: float = 0.2) -> list[str]:
+    """The payloads ``conn`` received within ``settle`` seconds, consumed."""
+    select.select([conn], [], [], settle)
+    conn.poll()
+    got = [n.payload for n in conn.notifies]
+    conn.notifies.clear()
+    return got
+
+
+# -- races -----------------------------------------------------------------------
+
+def race(target, processes, url, naive):
+    """Fork ``processes`` copies of ``target(url, naive, barrier)``, released
+    together once each has its warm connection; wait for all of them."""
+    ctx = multiprocessing.get_context("fork")
+    barrier = ctx.Barrier(processes)
+    procs = [ctx.Process(target=target, args=(url, naive, barrier))
+             for _ in range(processes)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+
+
+# -- metrics -------------------------------------------------------------------
+
+def metric(text, name, **labels):
+    """The value of one sample in Prometheus' text format, or None."""
+    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    prefix = f"{name}{{{wanted}}} " if labels else f"{name} "
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return float(line.split()[-1])
+    return None

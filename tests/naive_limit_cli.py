@@ -1,5 +1,5 @@
 """motir-supervisor whose limited claim counts without the lock, for the
-negative control of tests/test_limits.py: concurrent claims each see the
+negative control of tests/e2e/test_limits.py: concurrent claims each see the
 same free slots and together run more than max_running jobs of a kind."""
 
 from motir_supervisor import cli, db

@@ -1,4 +1,5 @@
-"""Starting real supervisor processes (the console script) for the tests."""
+"""Starting real motir-supervisor processes (the console script) for the
+end-to-end tests: supervisors with their workers, and single commands."""
 
 from __future__ import annotations
 
@@ -7,11 +8,22 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-from tests.helpers import wait_until
+from tests.helpers import ROOT, wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "motir_supervisor"]
+#: Negative controls: the command with a claim that can run a job twice,
+#: and with a limited claim that counts without its lock.
+NAIVE_CLAIM_CLI = [sys.executable, str(ROOT / "tests" / "naive_claim_cli.py")]
+NAIVE_LIMIT_CLI = [sys.executable, str(ROOT / "tests" / "naive_limit_cli.py")]
+
+
+def cli(database_url, *args):
+    """One `motir-supervisor` command run to its end, its output captured."""
+    return subprocess.run([*CLI, *args], env={**os.environ, "DATABASE_URL": database_url},
+                          capture_output=True, text=True, cwd=ROOT, timeout=30)
 
 
 def title_of(pid: int) -> str:
@@ -26,7 +38,7 @@ class RunningSupervisor:
     def __init__(self, database_url: str, *args: str, entry: list[str] | None = None,
                  env: dict[str, str] | None = None):
         self.log = tempfile.NamedTemporaryFile(prefix="motir-sup-", suffix=".log", delete=False)
-        command = entry or [sys.executable, "-m", "motir_supervisor"]
+        command = entry or CLI
         full_env = {**os.environ, "DATABASE_URL": database_url, "PYTHONPATH": str(ROOT),
                     **(env or {})}
         self.process = subprocess.Popen(
@@ -73,3 +85,14 @@ class RunningSupervisor:
     def wait_for_workers(self, count: int, timeout: float = 10) -> list[int]:
         return wait_until(lambda: len(self.worker_pids()) == count and self.worker_pids(),
                           timeout, message=f"{count} workers")
+
+
+def assert_sigterm_releases_at_the_deadline(supervisor, sql, job_id):
+    """SIGTERM to a supervisor run with --drain-seconds 1 while ``job_id`` runs
+    long: the run is given back at the deadline, its attempt unspent."""
+    started = time.monotonic()
+    supervisor.signal(signal.SIGTERM)
+    assert supervisor.wait(15) == 0
+    assert time.monotonic() - started < 5
+    assert sql.rows("SELECT state, attempts, locked_by FROM job_queue WHERE id = %s",
+                    (job_id,)) == [("pending", 0, None)]

@@ -1,5 +1,6 @@
-"""Handlers tests/test_testing.py runs through motir_supervisor.testing:
-no database of their own, so what they did is kept in RUNS."""
+"""Handlers tests/unit/test_testing.py and tests/integration/test_testing.py
+run through motir_supervisor.testing: no database of their own, so what
+they did is kept in RUNS."""
 
 import asyncio
 

@@ -6,7 +6,8 @@ import time
 from motir_supervisor import job
 from tests.apps.sample import _record_end, _record_start
 
-#: What tests/test_limits.py asserts at every instant.
+#: What tests/integration/test_limits.py and tests/e2e/test_limits.py
+#: assert at every instant.
 THROTTLED_MAX_RUNNING = 3
 
 

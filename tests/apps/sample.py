@@ -1,6 +1,6 @@
-"""Handlers the integration tests run. Each execution is recorded in the
-table test_executions (created by the tests) through a connection this
-worker process opens for itself after the fork."""
+"""Handlers the supervisors of the end-to-end tests run. Each execution is
+recorded in the table test_executions (created by the tests) through a
+connection this worker process opens for itself after the fork."""
 
 import asyncio
 import os

@@ -16,10 +16,7 @@ import pytest
 from motir_supervisor import enqueue, enqueue_many
 from motir_supervisor import db
 from motir_supervisor.db import enqueueing
-from tests.helpers import wait_until
-from tests.test_schema import _listener, _notifications
-
-pytestmark = pytest.mark.integration
+from tests.helpers import notifications, wait_until, wakeup_listener
 
 IN_TRANSACTION = psycopg2.extensions.TRANSACTION_STATUS_INTRANS
 IDLE = psycopg2.extensions.TRANSACTION_STATUS_IDLE
@@ -52,12 +49,12 @@ def test_the_job_is_the_callers_to_commit_and_then_another_connection_sees_it(co
 
 
 def test_a_rolled_back_transaction_enqueues_nothing_and_wakes_nobody(conn, sql, database_url):
-    listener = _listener(database_url)
+    listener = wakeup_listener(database_url)
     enqueue(conn, "send_email", {"to": "a@b.c"})
     enqueue_many(conn, [{"kind": "x", "unique_key": "k"}, {"kind": "y"}])
     conn.rollback()
     assert rows_of(sql) == []
-    assert _notifications(listener) == []
+    assert notifications(listener) == []
     # The key was only ever held by the rolled-back transaction: it is free.
     job_id = enqueue(conn, "x", unique_key="k")
     conn.commit()
@@ -66,15 +63,15 @@ def test_a_rolled_back_transaction_enqueues_nothing_and_wakes_nobody(conn, sql, 
 
 
 def test_the_workers_are_woken_when_the_transaction_commits_not_before(conn, database_url):
-    listener = _listener(database_url)
+    listener = wakeup_listener(database_url)
     enqueue(conn, "send_email", queue="mail")
     enqueue_many(conn, [{"kind": "x", "queue": "mail"}, {"kind": "x", "queue": "reports"}])
-    assert _notifications(listener) == []
+    assert notifications(listener) == []
     conn.commit()
     heard = set()
 
     def woken():
-        heard.update(_notifications(listener, settle=0.05))
+        heard.update(notifications(listener, settle=0.05))
         return {"mail", "reports"} <= heard
 
     wait_until(woken, 5, message="the wake-ups of both queues")

@@ -7,48 +7,20 @@ each job's executions in the database.
 
 import os
 import signal
-import sys
 import time
-from pathlib import Path
 
 import psycopg2
 import pytest
 
-from tests.helpers import Sql, wait_until
+from tests.helpers import (EXECUTIONS_TABLE, Sql, enqueue, executions_per_job, running_job,
+                           state_of, wait_until)
 from tests.pgserver import ThrowawayPostgres
-from tests.supervisors import title_of
-
-pytestmark = pytest.mark.e2e
-
-NAIVE = [sys.executable, str(Path(__file__).with_name("naive_claim_cli.py"))]
+from tests.supervisors import (NAIVE_CLAIM_CLI, RunningSupervisor,
+                               assert_sigterm_releases_at_the_deadline, title_of)
 
 
 def db_now(sql):
     return sql.value("SELECT clock_timestamp()")
-
-
-def state_of(sql, job_id):
-    return sql.value("SELECT state FROM job_queue WHERE id = %s", (job_id,))
-
-
-def running_job(sql, job_id):
-    """(pid, started_at) of the execution in progress, once it has started."""
-    rows = sql.rows("SELECT pid, started_at FROM test_executions WHERE job_id = %s"
-                    " AND finished_at IS NULL ORDER BY execution_id DESC LIMIT 1", (job_id,))
-    return rows[0] if rows else None
-
-
-def enqueue(sql, kind, payload="{}", count=1, **columns):
-    names = ["kind", "payload", *columns]
-    values = [kind, payload, *columns.values()]
-    return [r[0] for r in sql.rows(
-        f"INSERT INTO job_queue ({', '.join(names)}) SELECT {', '.join(['%s'] * len(values))}"
-        f" FROM generate_series(1, {count}) RETURNING id", values)]
-
-
-def executions_per_job(sql):
-    return dict(sql.rows("SELECT j.id, count(e.execution_id) FROM job_queue j"
-                         " LEFT JOIN test_executions e ON e.job_id = j.id GROUP BY j.id"))
 
 
 # -- exactly once under concurrency --------------------------------------------
@@ -87,7 +59,7 @@ def test_negative_control_a_naive_claim_runs_jobs_twice(executions, start_superv
         per_job = executions_per_job(executions)
         return per_job and max(per_job.values()) > 1
     try:
-        run_two_fleets(executions, start_supervisor, entry=NAIVE, until=seen_twice)
+        run_two_fleets(executions, start_supervisor, entry=NAIVE_CLAIM_CLI, until=seen_twice)
     except AssertionError:
         raise AssertionError("no double execution seen: the test cannot catch one") from None
 
@@ -170,17 +142,6 @@ def test_sigterm_lets_in_flight_jobs_finish_and_starts_nothing_new(executions,
     assert all(state_of(executions, j) == "pending" for j in waiting)
     assert executions.value("SELECT count(*) FROM job_queue WHERE state = 'running'") == 0
     assert not supervisor.worker_pids()
-
-
-def assert_sigterm_releases_at_the_deadline(supervisor, sql, job_id):
-    """SIGTERM to a supervisor run with --drain-seconds 1 while ``job_id`` runs
-    long: the run is given back at the deadline, its attempt unspent."""
-    started = time.monotonic()
-    supervisor.signal(signal.SIGTERM)
-    assert supervisor.wait(15) == 0
-    assert time.monotonic() - started < 5
-    assert sql.rows("SELECT state, attempts, locked_by FROM job_queue WHERE id = %s",
-                    (job_id,)) == [("pending", 0, None)]
 
 
 def test_a_job_longer_than_the_drain_is_released_at_the_deadline(executions,
@@ -311,8 +272,6 @@ def _connected(url):
 
 def test_a_database_restart_loses_nothing(own_server, migrated_template):
     from motir_supervisor import db
-    from tests.conftest import EXECUTIONS_TABLE
-    from tests.supervisors import RunningSupervisor
 
     url = own_server.create_database("motir")
     store = db.JobStore(url)

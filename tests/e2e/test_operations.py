@@ -1,29 +1,20 @@
-"""What an operator uses: the web face, fleet metrics, admin commands,
-retention, poll-only mode and JSON logs."""
+"""What an operator uses, through real motir-supervisor processes: the web
+process's health and queue metrics, the fleet's metrics summed over its
+workers, the admin commands (migrate, enqueue, status, retry, cancel,
+prune), cancelling a running job, poll-only mode and JSON logs."""
 
 import json
 import os
 import signal
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 
 import port_for
 import pytest
 
-from motir_supervisor.maintenance.reaper import Reaper
-from tests.helpers import wait_until
-from tests.supervisors import ROOT
-
-pytestmark = pytest.mark.integration
-
-CLI = [sys.executable, "-m", "motir_supervisor"]
-
-
-def cli(database_url, *args):
-    return subprocess.run([*CLI, *args], env={**os.environ, "DATABASE_URL": database_url},
-                          capture_output=True, text=True, cwd=ROOT, timeout=30)
+from tests.helpers import ROOT, metric, state_of, wait_until
+from tests.supervisors import CLI, cli
 
 
 def fetch(url):
@@ -34,19 +25,6 @@ def fetch(url):
         return error.code, error.read().decode()
     except OSError:
         return None, ""
-
-
-def metric(text, name, **labels):
-    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    prefix = f"{name}{{{wanted}}} " if labels else f"{name} "
-    for line in text.splitlines():
-        if line.startswith(prefix):
-            return float(line.split()[-1])
-    return None
-
-
-def state_of(sql, job_id):
-    return sql.value("SELECT state FROM job_queue WHERE id = %s", (job_id,))
 
 
 @pytest.fixture
@@ -116,59 +94,6 @@ def test_the_fleet_exports_metrics_summed_over_its_workers(executions, start_sup
     supervisor.wait_for_workers(2)
 
 
-#: Settles what a SIGKILLed worker left in its ledger, with the fleet's
-#: metrics on, and prints them: jobs given as id=state, the ledger's state.
-SETTLE_A_DEAD_WORKER = """
-import sys, tempfile
-from prometheus_client import CollectorRegistry, generate_latest, multiprocess
-from motir_supervisor import db, metrics
-from motir_supervisor.ipc import ledger
-from motir_supervisor.supervisor import rescuer as settling
-
-url, claimant, jobs = sys.argv[1], sys.argv[2], sys.argv[3:]
-directory = tempfile.mkdtemp()
-metrics.enable(directory)
-entries = ledger.Ledger(len(jobs))
-for job in jobs:
-    job_id, state = job.split("=")
-    entry = entries.claim(int(job_id))
-    entries.mark(entry, ledger.RUNNING)
-    entries.decide(entry, getattr(ledger, state), 0.01, error="ValueError: no")
-settler = settling.Rescuer(db.JobStore(url), url)
-settler.queue(claimant, "killed", tuple(entries.entries()))
-settler.settle_due(final=True)
-registry = CollectorRegistry()
-multiprocess.MultiProcessCollector(registry, path=directory)
-print(generate_latest(registry).decode())
-"""
-
-
-def test_runs_a_killed_worker_wrote_but_had_not_counted_are_counted_once(database_url, sql):
-    """SIGKILL can land between a worker's outcome write and its count (in
-    the commit's round trip, say): the supervisor counts those runs from the
-    rows, and the ones it writes itself, each once."""
-    claimant = "vm:1:feed/w1:2"
-    unwritten, written, retried = (sql.value(
-        "INSERT INTO job_queue (kind, state, attempts, locked_by, lease_expires_at)"
-        " VALUES ('x', 'running', 1, %s, now() + interval '1 minute') RETURNING id",
-        (claimant,)) for _ in range(3))
-    # What the worker's own write left before the kill.
-    sql.rows("UPDATE job_queue SET state = 'succeeded', locked_by = NULL, finished_at = now()"
-             " WHERE id = %s", (written,))
-    sql.rows("UPDATE job_queue SET state = 'pending', locked_by = NULL WHERE id = %s",
-             (retried,))
-    result = subprocess.run(
-        [sys.executable, "-c", SETTLE_A_DEAD_WORKER, database_url, claimant,
-         f"{unwritten}=SUCCEEDED", f"{written}=SUCCEEDED", f"{retried}=FAILED"],
-        capture_output=True, text=True, cwd=ROOT, timeout=30)
-    assert result.returncode == 0, result.stderr
-    assert state_of(sql, unwritten) == "succeeded"
-    text = result.stdout
-    assert metric(text, "motir_jobs_finished_total", kind="x", outcome="succeeded") == 2, text
-    assert metric(text, "motir_jobs_finished_total", kind="x", outcome="retried") == 1, text
-    assert metric(text, "motir_job_duration_seconds_count", kind="x") == 3, text
-
-
 def test_retry_cancel_and_prune_commands(database_url, sql):
     failed = sql.value("INSERT INTO job_queue (kind, state, attempts, finished_at)"
                        " VALUES ('x', 'failed', 5, now()) RETURNING id")
@@ -211,27 +136,6 @@ def test_cancelling_a_running_job_stops_it(executions, start_supervisor, databas
     # The worker renews every third of the 3 s lease and sees the request.
     wait_until(lambda: state_of(executions, job_id) == "cancelled", 5)
     assert executions.value("SELECT locked_by FROM job_queue WHERE id = %s", (job_id,)) is None
-
-
-def test_retention_prunes_old_finished_rows_in_batches(store, sql):
-    sql.rows("INSERT INTO job_queue (kind, state, finished_at) SELECT 'x', 'succeeded',"
-             " now() - interval '10 days' FROM generate_series(1, 2500)")
-    sql.rows("INSERT INTO job_queue (kind, state, finished_at) VALUES"
-             " ('x', 'succeeded', now()), ('x', 'failed', now() - interval '10 days')")
-    reaper = Reaper(store, every_seconds=60, retention_hours=24)
-    assert reaper.run_once().pruned == 2500
-    assert sql.value("SELECT count(*) FROM job_queue") == 2
-    assert Reaper(store, every_seconds=60, retention_hours=0).prune_finished() == 0
-
-
-def test_the_reaper_expires_only_stale_leases(store, sql):
-    sql.rows("INSERT INTO job_queue (kind, state, locked_by, lease_expires_at, attempts,"
-             " max_attempts) VALUES ('x', 'running', 'a', now() - interval '1 s', 1, 3),"
-             " ('x', 'running', 'b', now() - interval '1 s', 3, 3),"
-             " ('x', 'running', 'c', now() + interval '1 min', 1, 3)")
-    assert Reaper(store, 60, 0).run_once().expired == 2
-    assert sql.rows("SELECT locked_by IS NULL, state FROM job_queue ORDER BY id") == [
-        (True, "pending"), (True, "failed"), (False, "running")]
 
 
 def test_poll_only_mode_still_runs_jobs(executions, start_supervisor):

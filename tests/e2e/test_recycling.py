@@ -4,14 +4,8 @@ every job runs exactly once, here or in the replacement, never both."""
 
 import re
 
-import pytest
-
-from tests.helpers import wait_until
-from tests.supervisors import title_of
-from tests.test_supervisor_e2e import (assert_sigterm_releases_at_the_deadline, enqueue,
-                                       executions_per_job, running_job, state_of)
-
-pytestmark = pytest.mark.e2e
+from tests.helpers import enqueue, executions_per_job, running_job, state_of, wait_until
+from tests.supervisors import assert_sigterm_releases_at_the_deadline, title_of
 
 #: What the supervisor says of a worker that died or left claims behind.
 CRASH_WORDS = ("settling its claims", "keep dying", "released unfinished jobs",

@@ -6,13 +6,8 @@ It starts its own PostgreSQL at default durability, apart from the suite's.
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.e2e
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import ROOT
 
 
 def test_the_smoke_benchmark_reports_every_figure(tmp_path):

@@ -2,14 +2,13 @@
 
 import shlex
 import tomllib
-from pathlib import Path
 
 from click.testing import CliRunner
 
 from motir_supervisor import cli
 from motir_supervisor.supervisor.arbiter import EXIT_GRACE_SECONDS
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 FLY = tomllib.loads((ROOT / "fly.toml").read_text())
 PROCFILE = dict(line.split(": ", 1) for line in (ROOT / "Procfile").read_text().splitlines()
                 if line.strip())

@@ -11,11 +11,8 @@ import time
 
 import pytest
 
-from tests.helpers import wait_until
+from tests.helpers import enqueue, executions_per_job, state_of, wait_until
 from tests.supervisors import title_of
-from tests.test_supervisor_e2e import enqueue, executions_per_job, state_of
-
-pytestmark = pytest.mark.e2e
 
 
 def starts(sql, ids):

@@ -6,11 +6,8 @@ claim and must see double claims, which proves the race is real."""
 import multiprocessing
 
 import psycopg2.errors
-import pytest
 
 from motir_supervisor import db
-
-pytestmark = pytest.mark.integration
 
 ROWS = 4000
 PROCESSES = 4

@@ -1,17 +1,16 @@
-"""The migrations give the schema the code expects; the trigger wakes workers."""
+"""The migrated schema against PostgreSQL: the columns and constraints the
+code relies on, the plans of its statements, the migrations run at once by
+several processes, the trigger that wakes workers, and the README's Prisma
+models."""
 
 import multiprocessing
 import re
-import select
-from pathlib import Path
 
 import psycopg2
 import pytest
 
 from motir_supervisor import db
-from tests.helpers import Sql
-
-pytestmark = pytest.mark.integration
+from tests.helpers import ROOT, Sql, notifications, wakeup_listener
 
 SPEC_COLUMNS = {
     "id": "bigint", "queue": "text", "kind": "text", "payload": "jsonb", "state": "text",
@@ -176,39 +175,24 @@ def test_concurrent_migrations_apply_each_step_once(pg):
     pg.drop_database("concurrent_migrate")
 
 
-def _listener(url):
-    conn = psycopg2.connect(url)
-    conn.autocommit = True
-    conn.cursor().execute(f"LISTEN {db.WAKEUP_CHANNEL}")
-    return conn
-
-
-def _notifications(conn, settle=0.2):
-    select.select([conn], [], [], settle)
-    conn.poll()
-    got = [n.payload for n in conn.notifies]
-    conn.notifies.clear()
-    return got
-
-
 def test_one_insert_statement_sends_one_notification_per_queue(sql, database_url):
-    listener = _listener(database_url)
+    listener = wakeup_listener(database_url)
     sql.rows("INSERT INTO job_queue (kind) SELECT 'x' FROM generate_series(1, 10000)")
-    assert _notifications(listener) == ["default"]
+    assert notifications(listener) == ["default"]
     sql.rows("INSERT INTO job_queue (kind, queue) VALUES ('x', 'mail'), ('x', 'mail'), ('x', 'b')")
-    assert sorted(_notifications(listener)) == ["b", "mail"]
+    assert sorted(notifications(listener)) == ["b", "mail"]
     listener.close()
 
 
 def test_a_row_put_back_to_pending_notifies_and_other_updates_do_not(sql, database_url):
     job_id = sql.value("INSERT INTO job_queue (kind) VALUES ('x') RETURNING id")
-    listener = _listener(database_url)
+    listener = wakeup_listener(database_url)
     sql.rows("UPDATE job_queue SET state = 'running', locked_by = 'w', lease_expires_at = now()"
              " WHERE id = %s", (job_id,))
-    assert _notifications(listener) == []
+    assert notifications(listener) == []
     sql.rows("UPDATE job_queue SET state = 'pending', locked_by = NULL, lease_expires_at = NULL"
              " WHERE id = %s", (job_id,))
-    assert _notifications(listener) == ["default"]
+    assert notifications(listener) == ["default"]
     listener.close()
 
 
@@ -251,7 +235,7 @@ PRISMA_NATIVE = {"@db.Timestamptz": "timestamp with time zone", "@db.SmallInt": 
 
 
 def readme_prisma_models():
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    text = (ROOT / "README.md").read_text()
     models = {}
     for block in re.findall(r"```prisma\n(.*?)```", text, re.S):
         for body in re.findall(r"model \w+ \{\n(.*?)\n\}", block, re.S):

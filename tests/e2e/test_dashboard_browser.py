@@ -13,10 +13,7 @@ import urllib.request
 import port_for
 import pytest
 
-from tests.helpers import wait_until
-from tests.supervisors import ROOT
-
-pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+from tests.helpers import ROOT, state_of, wait_until
 
 PASSWORD = "dashboard-test-password"
 CHROMIUM = "/usr/bin/chromium"
@@ -85,8 +82,8 @@ def test_log_in_find_a_failed_job_retry_it_and_see_it_succeed(
         "INSERT INTO job_queue (kind, queue, payload) VALUES"
         " ('flaky', 'mail', json_build_object('marker', %s::text, 'note', %s::text))"
         " RETURNING id", (str(marker), "<script>alert('payload')</script>"))
-    wait_until(lambda: sql.value("SELECT state FROM job_queue WHERE id = %s", (job_id,))
-               == "failed", 20, message="the flaky job to fail")
+    wait_until(lambda: state_of(sql, job_id) == "failed", 20,
+               message="the flaky job to fail")
 
     def text():
         return browser.find_element(By.TAG_NAME, "main").text

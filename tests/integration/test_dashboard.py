@@ -16,8 +16,7 @@ from motir_supervisor import db
 from motir_supervisor.web import server as web
 from motir_supervisor.web.dashboard import create_app
 from motir_supervisor.web.dashboard.reads import PAGE_SIZE, DashboardStore, EndedPerMinute
-
-pytestmark = pytest.mark.integration
+from tests.helpers import state_of
 
 PASSWORD = "correct horse ✓"
 
@@ -102,7 +101,7 @@ def test_a_post_needs_the_token_of_the_session(client, sql):
     # cross-site form would send, lacking the cookie (SameSite=Strict).
     stranger = Client(client.application)
     assert post(stranger, f"/jobs/{job_id}/retry", token).status_code == 400
-    assert sql.value("SELECT state FROM job_queue WHERE id = %s", (job_id,)) == "failed"
+    assert state_of(sql, job_id) == "failed"
     # A GET changes nothing.
     assert client.get(f"/jobs/{job_id}/retry", headers=credentials()).status_code == 405
 

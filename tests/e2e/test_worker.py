@@ -1,31 +1,17 @@
-"""A real supervisor process runs jobs end to end: outcomes, retries, wake-ups."""
+"""A real supervisor process runs jobs end to end: outcomes, retries,
+wake-ups, batches written and released, queues and timeouts."""
 
 import time
 
-import pytest
-
-from tests.helpers import wait_until
-
-pytestmark = pytest.mark.integration
-
-
-def state_of(sql, job_id):
-    return sql.value("SELECT state FROM job_queue WHERE id = %s", (job_id,))
-
-
-def enqueue(sql, kind, payload="{}", **columns):
-    names = ["kind", "payload", *columns]
-    values = [kind, payload, *columns.values()]
-    return sql.value(f"INSERT INTO job_queue ({', '.join(names)}) VALUES"
-                     f" ({', '.join(['%s'] * len(values))}) RETURNING id", values)
+from tests.helpers import enqueue, state_of, wait_until
 
 
 def test_jobs_succeed_fail_and_retry(executions, start_supervisor):
-    ok = enqueue(executions, "record")
-    flaky = enqueue(executions, "record", '{"fail_until_attempt": 2}')
-    doomed = enqueue(executions, "fail", max_attempts=2)
-    permanent = enqueue(executions, "permanent")
-    unknown = enqueue(executions, "nobody_handles_this", max_attempts=1)
+    [ok] = enqueue(executions, "record")
+    [flaky] = enqueue(executions, "record", '{"fail_until_attempt": 2}')
+    [doomed] = enqueue(executions, "fail", max_attempts=2)
+    [permanent] = enqueue(executions, "permanent")
+    [unknown] = enqueue(executions, "nobody_handles_this", max_attempts=1)
     start_supervisor("--workers", "2", "--retry-base-seconds", "0.2")
     wait_until(lambda: executions.value(
         "SELECT count(*) FROM job_queue WHERE state IN ('succeeded', 'failed')") == 5,
@@ -52,7 +38,7 @@ def test_a_plain_insert_starts_within_milliseconds_despite_a_long_poll(execution
     time.sleep(0.5)
     latencies = []
     for _ in range(5):
-        job_id = enqueue(executions, "record")
+        [job_id] = enqueue(executions, "record")
         wait_until(lambda: state_of(executions, job_id) == "succeeded", 5, interval=0.005)
         latencies.append(executions.value(
             "SELECT extract(epoch FROM e.started_at - j.created_at) FROM test_executions e"
@@ -73,8 +59,8 @@ def test_a_delayed_job_starts_at_its_run_at_not_at_the_next_poll(executions, sta
 
 
 def test_a_run_whose_claim_was_taken_over_is_not_recorded(executions, start_supervisor):
-    taken = enqueue(executions, "record", '{"sleep": 1.5}')
-    kept = enqueue(executions, "record", '{"sleep": 1.5}')
+    [taken] = enqueue(executions, "record", '{"sleep": 1.5}')
+    [kept] = enqueue(executions, "record", '{"sleep": 1.5}')
     supervisor = start_supervisor("--workers", "1")
     wait_until(lambda: executions.value("SELECT count(*) FROM test_executions") == 2, 10,
                message="both jobs running")
@@ -112,27 +98,27 @@ def test_a_write_of_successes_and_failures_together_records_each(executions, sta
 
 
 def test_queues_limit_what_a_supervisor_claims(executions, start_supervisor):
-    mail = enqueue(executions, "record", queue="mail")
-    other = enqueue(executions, "record", queue="reports")
+    [mail] = enqueue(executions, "record", queue="mail")
+    [other] = enqueue(executions, "record", queue="reports")
     start_supervisor("--workers", "1", "--queue", "mail")
     wait_until(lambda: state_of(executions, mail) == "succeeded", 10)
     assert state_of(executions, other) == "pending"
 
 
 def test_a_timeout_fails_the_attempt_and_the_worker_is_replaced(executions, start_supervisor):
-    job_id = enqueue(executions, "hang", max_attempts=1)
+    [job_id] = enqueue(executions, "hang", max_attempts=1)
     supervisor = start_supervisor("--workers", "1")
     wait_until(lambda: state_of(executions, job_id) == "failed", 10)
     assert "timeout" in executions.value("SELECT last_error FROM job_queue WHERE id = %s",
                                          (job_id,))
     supervisor.wait_for_workers(1)
-    follow_up = enqueue(executions, "record")
+    [follow_up] = enqueue(executions, "record")
     wait_until(lambda: state_of(executions, follow_up) == "succeeded", 10)
 
 
 def test_an_unstorable_error_message_still_fails_the_job_properly(executions, start_supervisor):
-    bad = enqueue(executions, "fail_unstorably", max_attempts=2)
-    mates = [enqueue(executions, "record") for _ in range(5)]
+    [bad] = enqueue(executions, "fail_unstorably", max_attempts=2)
+    mates = enqueue(executions, "record", count=5)
     start_supervisor("--workers", "1", "--retry-base-seconds", "0.1")
     wait_until(lambda: state_of(executions, bad) == "failed", 15)
     assert executions.value("SELECT attempts FROM job_queue WHERE id = %s", (bad,)) == 2
@@ -145,7 +131,7 @@ def test_an_unstorable_error_message_still_fails_the_job_properly(executions, st
 
 def test_a_slow_job_lets_go_of_its_batch_mates(executions, start_supervisor):
     executions.rows("INSERT INTO job_queue (kind) SELECT 'record' FROM generate_series(1, 60)")
-    slow = enqueue(executions, "record", '{"sleep": 3}')
+    [slow] = enqueue(executions, "record", '{"sleep": 3}')
     executions.rows("INSERT INTO job_queue (kind) SELECT 'record' FROM generate_series(1, 60)")
     start_supervisor("--workers", "2")
     wait_until(lambda: state_of(executions, slow) == "succeeded", 20)
@@ -187,7 +173,7 @@ def test_a_burst_of_slower_jobs_is_shared_by_workers_whose_batches_grew(
 def test_a_release_that_failed_is_tried_again_while_the_batch_runs(
         executions, start_supervisor):
     executions.rows("INSERT INTO job_queue (kind) SELECT 'record' FROM generate_series(1, 60)")
-    slow = enqueue(executions, "record", '{"sleep": 3}')
+    [slow] = enqueue(executions, "record", '{"sleep": 3}')
     executions.rows("INSERT INTO job_queue (kind) SELECT 'record' FROM generate_series(1, 60)")
     start_supervisor("--workers", "2")
     wait_until(lambda: executions.value(

@@ -1,0 +1,80 @@
+"""testing.run_job: each outcome of a handler run in-process (success, retry
+with its error and delay, failure, snooze, a stopping handler interrupted at
+its checkpoint), an async handler, an unknown kind, and the plugin's fixtures.
+The handlers are those of tests/apps/handlers_under_test.py."""
+
+import pytest
+
+import tests.apps.handlers_under_test as app
+from motir_supervisor import testing
+from motir_supervisor.registry import Interrupted, PermanentFailure, Snooze
+
+pytestmark = pytest.mark.usefixtures("handler_runs")
+
+
+def test_success_passes_the_payload_and_the_job_values():
+    outcome = testing.run_job("helper_ok", {"a": 1}, attempt=2, job_id=7)
+    assert (outcome.outcome, outcome.error, outcome.exception) == ("succeeded", None, None)
+    assert app.RUNS == [("helper_ok", 7, 2)]
+
+
+def test_a_failure_before_the_last_attempt_is_a_retry_with_its_error_and_delay():
+    outcome = testing.run_job("helper_flaky", {"succeed_on_attempt": 3}, attempt=1,
+                              retry_base_seconds=10, retry_max_seconds=100)
+    assert outcome.outcome == "retry"
+    assert outcome.error.startswith("RuntimeError: flaky on attempt 1\nTraceback")
+    assert isinstance(outcome.exception, RuntimeError)
+    # Jittered over the upper half of the first delay, as the worker's.
+    assert 5 <= outcome.seconds <= 10
+
+
+def test_the_last_attempt_fails_and_a_permanent_failure_fails_at_once():
+    last = testing.run_job("helper_flaky", {"succeed_on_attempt": 9}, attempt=3, max_attempts=3)
+    assert last.outcome == "failed" and not last.decision.permanent
+    permanent = testing.run_job("helper_permanent", attempt=1)
+    assert permanent.outcome == "failed" and permanent.decision.permanent
+    assert isinstance(permanent.exception, PermanentFailure)
+    assert permanent.error.startswith("PermanentFailure: bad input")
+
+
+def test_snooze_gives_its_seconds():
+    outcome = testing.run_job("helper_snooze", {"seconds": 42})
+    assert (outcome.outcome, outcome.seconds, outcome.error) == ("snoozed", 42.0, None)
+    assert isinstance(outcome.exception, Snooze)
+
+
+def test_checkpoints_are_kept_and_a_stopping_handler_is_interrupted():
+    whole = testing.run_job("helper_steps", {"steps": 3})
+    assert whole.outcome == "succeeded"
+    assert whole.checkpoints == ({"step": 1}, {"step": 2}, {"step": 3})
+    stopped = testing.run_job("helper_steps", {"steps": 3}, checkpoint_data={"step": 1},
+                              stopping=True)
+    assert stopped.outcome == "interrupted" and isinstance(stopped.exception, Interrupted)
+    assert stopped.checkpoint == {"step": 2}
+
+
+def test_interrupted_without_a_stop_request_counts_as_a_failed_attempt():
+    # The package's own rule (outcomes.decide), not one of the helper's.
+    outcome = testing.run_job("helper_interrupt_anyway", attempt=1)
+    assert outcome.outcome == "retry"
+    assert "although the worker was not stopping" in outcome.error
+
+
+def test_an_async_handler_runs_to_its_outcome():
+    assert testing.run_job("helper_async", {}).outcome == "succeeded"
+    failed = testing.run_job("helper_async", {"fail": True}, attempt=5, max_attempts=5)
+    assert failed.outcome == "failed" and failed.error.startswith("ValueError: async boom")
+    assert app.RUNS == [("helper_async", 1, 1), ("helper_async", 1, 5)]
+
+
+def test_an_unknown_kind_is_named():
+    with pytest.raises(testing.UnknownKind, match="'no_such_kind'.*helper_ok"):
+        testing.run_job("no_such_kind")
+
+
+def test_the_plugin_fixtures_return_the_functions(motir_run_job, motir_drain):
+    # tests/conftest.py loads the plugin as the pytest11 entry point does
+    # once the package is installed.
+    assert motir_run_job is testing.run_job
+    assert motir_drain is testing.drain
+    assert motir_run_job("helper_ok").outcome == "succeeded"
