@@ -15,19 +15,19 @@ from motir_supervisor import cli
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 CONFIGURATION = ROOT / "docs" / "configuration.md"
+THIS_FILE = Path(__file__).resolve()
 
 OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 INVOCATION = re.compile(r"(?<![\w/-])motir-supervisor((?:[ \t]+[^\s`#]+)*)")
 MOTIR_VARIABLE = re.compile(r"\bMOTIR_[A-Z0-9_]+\b")
 VARIABLE = re.compile(r"`([A-Z][A-Z0-9_]+)`")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
-PYTHON_FILE = re.compile(r"^[\w./-]*\.py$")
+PYTHON_FILE = re.compile(r"^[\w./-]*\w\.py$")
 FENCE = re.compile(r"^\s*```")
 
-#: Options the docs name of the tools beside the command: bin/bench's and
-#: bin/demo's (read from their argument parsers) and pytest's.
+#: The tools beside the command whose options the docs may name: bin/bench
+#: and bin/demo (their argument parsers are read).
 TOOLS = (ROOT / "benchmarks" / "bench.py", ROOT / "examples" / "demo.py")
-PYTEST_OPTIONS = {"--durations"}
 #: Where the MOTIR_ variables of the tools beside the command are read.
 TOOL_SOURCES = ("benchmarks", "tests", "examples", "bin", ".ci")
 
@@ -53,7 +53,7 @@ CLI_OPTIONS = set(GROUP_OPTIONS).union(*(options_of(c) for c in COMMANDS.values(
 
 
 def tool_options() -> set[str]:
-    found = set(PYTEST_OPTIONS)
+    found = set()
     for path in TOOLS:
         found |= set(re.findall(r'add_argument\(\s*"(--[a-z][\w-]*)"', path.read_text()))
     return found
@@ -72,9 +72,9 @@ class Document:
     """A Markdown file split into its fenced code lines, its prose, the
     inline code spans of its prose, its headings and its tables."""
 
-    def __init__(self, path: Path, text: str | None = None):
+    def __init__(self, path: Path):
         self.path = path
-        self.text = path.read_text() if text is None else text
+        self.text = path.read_text()
         self.code_lines: list[str] = []
         prose: list[str] = []
         #: (heading, [rows of cells]) for each table, under its nearest heading.
@@ -141,7 +141,7 @@ def invocations(document: Document) -> list[tuple[str | None, list[str]]]:
                     continue  # an alternative value, not another command
                 if first in COMMANDS:
                     command = first
-                elif first.isupper() or first in ("...", "COMMAND"):
+                elif first.isupper() or first == "...":
                     command = None
                 elif not first or first.startswith("-"):
                     command = "run"  # `motir-supervisor --workers 4` runs
@@ -240,7 +240,7 @@ def test_every_motir_variable_named_is_read_by_the_code(document):
     read_by_tools = set()
     for folder in TOOL_SOURCES:
         for path in (ROOT / folder).rglob("*"):
-            if path.is_file() and path.suffix in ("", ".py", ".sh") and path != Path(__file__):
+            if path.is_file() and path.suffix in ("", ".py", ".sh") and path != THIS_FILE:
                 read_by_tools |= set(MOTIR_VARIABLE.findall(path.read_text(errors="replace")))
     named = set(MOTIR_VARIABLE.findall(document.text))
     unknown = sorted(named - read_by_cli - read_by_tools)
@@ -270,8 +270,9 @@ def test_every_relative_link_reaches_a_file_and_its_heading(document):
 
 
 def test_every_python_file_named_exists(document):
+    # Not in .venv, .git or .bench: the project's own files only.
     files = {path.name for path in ROOT.rglob("*.py")
-             if ".venv" not in path.parts and ".git" not in path.parts}
+             if not any(part.startswith(".") for part in path.relative_to(ROOT).parts)}
     problems = []
     for span in document.spans:
         for word in span.split():
