@@ -228,14 +228,14 @@ def test_a_store_prepares_its_hot_statements_unless_told_not_to(database_url, pr
         store.close()
 
 
-# The README's Prisma models are what the web app maps the tables with.
+# The Prisma models of docs/job-model.md are what the web app maps the tables with.
 PRISMA_TYPES = {"BigInt": "bigint", "String": "text", "Json": "jsonb", "Int": "integer",
                 "Boolean": "boolean", "DateTime": "timestamp without time zone"}
 PRISMA_NATIVE = {"@db.Timestamptz": "timestamp with time zone", "@db.SmallInt": "smallint"}
 
 
-def readme_prisma_models():
-    text = (ROOT / "README.md").read_text()
+def documented_prisma_models():
+    text = (ROOT / "docs" / "job-model.md").read_text()
     models = {}
     for block in re.findall(r"```prisma\n(.*?)```", text, re.S):
         for body in re.findall(r"model \w+ \{\n(.*?)\n\}", block, re.S):
@@ -255,8 +255,8 @@ def readme_prisma_models():
     return models
 
 
-def test_the_readme_prisma_models_match_the_migrated_tables(sql):
-    models = readme_prisma_models()
+def test_the_documented_prisma_models_match_the_migrated_tables(sql):
+    models = documented_prisma_models()
     assert set(models) == {"job_queue", "job_queue_paused", "job_queue_limits"}
     for table, columns in models.items():
         found = {name: (data_type, nullable == "YES") for name, data_type, nullable in sql.rows(
