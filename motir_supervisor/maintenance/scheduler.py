@@ -166,7 +166,8 @@ class SchedulerSeat:
             if not self.token.try_take():
                 return False
             self.scheduler = Scheduler(self.store, self.schedules)
-            log.debug("worker %d runs the scheduler", self.index)
+            logging.getLogger("motir_supervisor.worker").debug(
+                "worker %d runs the scheduler", self.index)
         return True
 
     def hand_on(self) -> None:

@@ -78,21 +78,19 @@ class Poller:
         self.may_have_work = True
         self.limited_may_have_work = True
 
-    def idle(self, now: float, until_due: float | None) -> None:
-        """After an empty claim at ``now``: when to look again without being
-        woken. ``until_due``: seconds until the next delayed job is due."""
+    def next_poll_wait(self) -> float:
+        """After an empty claim: how long to wait for a wake-up before
+        looking again, delayed jobs aside."""
         if self.token is None:
             # Polling only: back off while the queue stays empty.
             self._poll_backoff = min(max(self._poll_backoff * 2, FIRST_POLL_SECONDS),
                                      self.config.poll_seconds)
-            wait = self._poll_backoff
-        else:
-            wait = self.config.poll_seconds
-        # Every idle worker watches the clock for delayed jobs: no NOTIFY
-        # comes when a run_at passes, and the listener may be full by then.
-        if until_due is not None:
-            wait = min(wait, max(until_due, 0.0))
-        self._idle_until = now + wait
+            return self._poll_backoff
+        return self.config.poll_seconds
+
+    def idle_until(self, at: float) -> None:
+        """Look again at ``at`` (time.monotonic()) if nothing wakes this worker."""
+        self._idle_until = at
 
     def claimed(self) -> None:
         """A claim found jobs: the poll's back-off starts over."""

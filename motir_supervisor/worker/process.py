@@ -299,7 +299,7 @@ class Worker:
         self.completer.write_finished(now_or_never)
 
     def _claim_while_room(self) -> None:
-        if self.producer.claim_while_room(self.stop_requested):
+        if self.producer.claim_while_room(lambda: self.stop_requested):
             self._go_idle()
 
     def _go_idle(self) -> None:
@@ -309,9 +309,14 @@ class Worker:
         self.poller.take_listener_token()
         self._sync_limits()
         now = time.monotonic()
+        wait = self.poller.next_poll_wait()
+        # Every idle worker watches the clock for delayed jobs: no NOTIFY
+        # comes when a run_at passes, and the listener may be full by then.
         until_due, self.producer.limits_exist = self.store.seconds_until_next_due(
             self.producer.queues)
-        self.poller.idle(now, until_due)
+        if until_due is not None:
+            wait = min(wait, max(until_due, 0.0))
+        self.poller.idle_until(now + wait)
 
     def _wait(self) -> None:
         """Sleep until a signal, a handler's news, a wake-up or the next timer."""

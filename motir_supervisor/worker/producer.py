@@ -91,11 +91,12 @@ class Producer:
 
     # -- claiming ----------------------------------------------------------------
 
-    def claim_while_room(self, stopping: bool) -> bool:
+    def claim_while_room(self, stopping: Callable[[], bool]) -> bool:
         """Claim while there is room and, the poller says, work; True when a
-        claim came back empty (the worker then goes idle)."""
+        claim came back empty (the worker then goes idle). ``stopping`` is
+        asked before each claim: a stop may land during one."""
         poller = self.poller
-        while (room := self._room_to_claim(stopping)) > 0:
+        while (room := self._room_to_claim(stopping())) > 0:
             now = time.monotonic()
             if self.limits_exist and (poller.limited_may_have_work
                                       or now >= self._next_limited_claim):
@@ -326,8 +327,10 @@ class Producer:
                     self._withdraw_runs(unstarted)
 
     def next_timer(self) -> float:
+        # A recycling worker gives nothing back (see give_back_slow_claims):
+        # no timer for it, or its loop would spin while a slow run goes on.
         timers = [claim.sent_at + SLOW_BATCH_SECONDS for claim in self._open_claims
-                  if not claim.checked]
+                  if not claim.checked and not self.keep_unstarted]
         if self._recheck_claims_at is not None:
             timers.append(self._recheck_claims_at)
         return min(timers, default=float("inf"))

@@ -1,6 +1,7 @@
-"""A worker's producer against PostgreSQL, one slot claiming from a backlog:
-a job claimed ahead of the backlog keeps the next claims short, and a
-claim that emptied the queue leaves them whole."""
+"""A worker's producer against PostgreSQL: one slot claiming from a
+backlog (a job claimed ahead of it keeps the next claims short, a claim
+that emptied the queue leaves them whole), a stop landing during a claim,
+and a recycling worker's timers."""
 
 import signal
 import time
@@ -12,10 +13,13 @@ from motir_supervisor.config import Config
 from motir_supervisor.ipc.ledger import Ledger
 from motir_supervisor.worker import batching as sizing
 from motir_supervisor.worker.batching import RoundTrips
+from motir_supervisor.worker.claims import Claim
 from motir_supervisor.worker.completer import Completer
 from motir_supervisor.worker.executor import Executor
 from motir_supervisor.worker.leases import Leases
+from motir_supervisor.worker.poller import Poller
 from motir_supervisor.worker.producer import Producer
+from motir_supervisor.worker.title import WorkerTitle
 from tests.helpers import wait_until
 
 
@@ -104,3 +108,62 @@ def test_an_urgent_job_with_no_backlog_behind_it_leaves_claims_whole(one_slot_pr
     assert claim_and_run() == 512
     assert not producer.watching_for_urgent(time.monotonic())
     assert claim_and_run() == 512
+
+
+@pytest.fixture
+def stoppable_producer(database_url):
+    """A producer of two slots with a poller, whose worker's stop lands
+    during a claim: its stop check sets the flag the claim loop reads."""
+    config = Config(database_url=database_url, concurrency=2, batch_size=100)
+    entries = Ledger(config.ledger_entries)
+    executor = Executor(2, entries, retry_base=1, retry_cap=1, wake=lambda: None,
+                        save_checkpoint=lambda *a: True, title=lambda text: None)
+    store = db.JobStore(database_url)
+    held: dict = {}
+    round_trips = RoundTrips()
+    completer = Completer(config, "stop:1", 1, store, executor, entries, held, round_trips)
+    leases = Leases(config, "stop:1", 1, store, executor, held)
+    poller = Poller(config, 1, store, executor, WorkerTitle(1), None, None)
+    stopped = []
+
+    def stop_lands() -> bool:
+        # As the worker's begin_stop does: nothing more starts.
+        stopped.append(True)
+        executor.stop_starting()
+        return True
+    producer = Producer(config, "stop:1", 1, store, executor, entries, held, completer, leases,
+                        poller, round_trips, stop_check=stop_lands)
+    yield producer, completer, stopped
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    store.close()
+
+
+def test_a_stop_that_lands_during_a_claim_ends_the_claim_loop(stoppable_producer, sql):
+    """The loop asks whether the worker is stopping before every claim, so
+    the claim the stop landed in is the last: its jobs go back, and no
+    other job is taken only to be given back."""
+    producer, completer, stopped = stoppable_producer
+    sql.rows("INSERT INTO job_queue (kind) SELECT 'model_quick' FROM generate_series(1, 500)")
+    claims = []
+    claim_due_jobs = producer.store.claim_due_jobs
+
+    def counted(*args, **kwargs):
+        jobs, more_due = claim_due_jobs(*args, **kwargs)
+        claims.append(len(jobs))
+        return jobs, more_due
+    producer.store.claim_due_jobs = counted
+    producer.claim_while_room(lambda: bool(stopped))
+    assert claims == [2]
+    completer.release_withdrawn()
+    assert sql.value("SELECT count(*) FROM job_queue WHERE state = 'pending'") == 500
+
+
+def test_a_recycling_worker_keeps_no_timer_for_its_slow_claims(one_slot_producer):
+    """A recycling worker gives no slow claim back, so it must not wake for
+    one either: a timer already past would spin its loop until the claim
+    ends."""
+    producer, _ = one_slot_producer
+    producer._open_claims.append(Claim(time.monotonic() - 60, 1, 1, open=1))
+    assert producer.next_timer() < time.monotonic()
+    producer.keep_unstarted = True
+    assert producer.next_timer() == float("inf")
