@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from typing import Callable
+from typing import Callable, TextIO
 
 #: A record whose ``extra`` carries ``lines`` (a list of messages) stands for
 #: that many log lines, one per message, sharing the record's time, level and
@@ -65,6 +65,7 @@ class BatchedStreamHandler(logging.StreamHandler):
     system call of its own cost a fifth of the throughput."""
 
     def __init__(self) -> None:
+        stream: TextIO
         try:
             stream = open(sys.stderr.fileno(), "w", buffering=1 << 16, encoding="utf-8",
                           errors="backslashreplace", closefd=False)

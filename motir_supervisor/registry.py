@@ -13,12 +13,14 @@ import importlib.util
 import inspect
 import json
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from .maintenance.scheduler import Schedule
 
 Handler = Callable[["Job"], Any]
+#: A handler as decorated: @job gives it back unchanged, its type too.
+H = TypeVar("H", bound=Handler)
 
 
 class PermanentFailure(Exception):
@@ -41,7 +43,7 @@ class Snooze(Exception):
     #: Longer would not fit a timestamp for long; a year is plenty.
     MAX_SECONDS = 366 * 24 * 3600
 
-    def __init__(self, seconds: float):
+    def __init__(self, seconds: float) -> None:
         if (not isinstance(seconds, (int, float)) or isinstance(seconds, bool)
                 or not 0 <= seconds <= self.MAX_SECONDS):
             raise ValueError(f"Snooze takes seconds from 0 to {self.MAX_SECONDS},"
@@ -74,7 +76,7 @@ _PAYLOAD_LOCK = threading.Lock()
 
 def job(kind: str, *, timeout: float | None = None,
         schedule: str | int | float | None = None,
-        max_running: int | None = None) -> Callable[[Handler], Handler]:
+        max_running: int | None = None) -> Callable[[H], H]:
     """Register the decorated function as the handler of ``kind``.
 
     >>> @job("send_email", timeout=60)
@@ -100,7 +102,7 @@ def job(kind: str, *, timeout: float | None = None,
         from .maintenance.scheduler import Schedule
         parsed = Schedule.parse(kind, schedule)  # a bad one fails at import, naming the kind
 
-    def register(handler: Handler) -> Handler:
+    def register(handler: H) -> H:
         existing = _registry.get(kind)
         if existing is not None and _qualname(existing.handler) != _qualname(handler):
             raise ValueError(
@@ -207,7 +209,7 @@ class Job:
 
     def __init__(self, *, id: int, kind: str, queue: str, payload: Any = None, attempt: int,
                  max_attempts: int, checkpoint_data: Any, stopping: StopRequest,
-                 save_checkpoint: Callable[[Any], bool], payload_json: str | None = None):
+                 save_checkpoint: Callable[[Any], bool], payload_json: str | None = None) -> None:
         self.id = id
         self.kind = kind
         self.queue = queue

@@ -93,6 +93,7 @@ class JobStore:
     def conn(self) -> psycopg2.extensions.connection:
         if self._conn is None or self._conn.closed:
             self.open()
+        assert self._conn is not None  # open() connected, or raised
         return self._conn
 
     def open(self) -> None:
@@ -305,7 +306,9 @@ class JobStore:
         try:
             with conn, conn.cursor() as cur:
                 cur.execute(QUERIES["lock_limits_sync"])
-                if not cur.fetchone()[0]:
+                locked = cur.fetchone()
+                assert locked is not None  # the lock's SELECT returns one row
+                if not locked[0]:
                     return None
                 cur.execute(QUERIES["limits"])
                 current = dict(cur.fetchall())
