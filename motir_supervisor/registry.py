@@ -61,7 +61,7 @@ class Registration:
     #: An ``async def`` handler: it runs on the worker's event loop, not a thread.
     is_async: bool = False
     #: When the kind is also enqueued, read from ``@job(schedule=...)`` (see
-    #: schedules.py); None for a kind that is only enqueued.
+    #: maintenance/scheduler.py); None for a kind that is only enqueued.
     schedule: "Schedule | None" = None
     #: At most this many jobs of the kind run at once in the whole fleet
     #: (the database enforces it: see claim_limited_jobs); None for no limit.
@@ -148,12 +148,12 @@ class AppImportError(Exception):
 
 def preload_asyncio_for(modules: tuple[str, ...] | list[str]) -> bool:
     """Import asyncio now, in the supervisor before it forks, when an --app
-    module's own source mentions ``async def``: its workers then share
-    the import instead of each paying for it as it boots (13 ms of CPU and
-    about 2 MB of memory apiece), and a fleet of plain handlers never
-    imports it at all. Only what can be read without running app code is
-    looked at: an async handler in a module the app imports is found by the
-    worker at boot, which imports asyncio then. True if it was imported."""
+    module's own source mentions ``async def``: its workers then share the
+    import instead of each paying for it, in CPU and memory, as it boots,
+    and a fleet of plain handlers never imports it at all. Only what can be
+    read without running app code is looked at: an async handler in a
+    module the app imports is found by the worker at boot, which imports
+    asyncio then. True if it was imported."""
     for module in modules:
         if _source_mentions_async(module):
             import asyncio  # noqa: F401 - for the workers forked from here

@@ -2,7 +2,7 @@
 that take no time, the reserve kept beside the running jobs, and the short
 claims after an urgent job came in ahead of a backlog.
 
-Numbers only: :mod:`holdings` claims with them.
+Numbers only: :mod:`producer` claims with them.
 """
 
 from __future__ import annotations
@@ -26,19 +26,14 @@ BATCH_GROWTH_MAX = 8
 #: once instead of waiting a claim's round trip. None is kept for long jobs,
 #: so a job waits about this long at most while another worker may be free.
 RESERVE_SECONDS = 0.01
-#: ...or within this many of the worker's round trips to the database, when
-#: its runs end often enough to make room in that time: a claim and a write
-#: of outcomes, which take turns on its one connection (3 to 7 ms each on the
-#: 2-core benchmark machine). Runs that start together end together, so the
-#: slots free up in bursts, not at the average rate: with 32 slots of jobs
-#: that wait 100 ms, two round trips of the average kept 3 jobs when a dozen
-#: slots freed at once, the rest waited for the top-up claim, and each wave
-#: of jobs came 3-9 ms late from the tenth on (traced per run, 3 runs each).
-#: Eight round trips (a dozen jobs there) keep every wave at 100-102 ms: from
-#: the first start to the last, 3.17-3.21 s against 3.25-3.41 s with two (the
-#: ideal is 3.1), 87-90 % of the ideal rate from the supervisor's start
-#: against 81-85 %, the two versions in turns. A job kept waits about eight
-#: round trips for its slot: 20-60 ms, at most a single run's length.
+#: ...or within this many of the worker's round trips to the database (a
+#: claim and a write of outcomes, which take turns on its one connection),
+#: when its runs end often enough to make room in that time. Runs that start
+#: together end together, so slots free up in bursts, not at the average
+#: rate: a reserve of a couple of round trips leaves most of a burst's slots
+#: waiting for the top-up claim, and each wave of jobs starts late; eight
+#: cover a burst. A job kept waits about eight round trips for its slot, no
+#: longer than one run of the jobs that make a reserve worth keeping.
 RESERVE_ROUND_TRIPS = 8
 #: The runs that ended within this long say how fast slots free up.
 TURNOVER_WINDOW_SECONDS = 1.0
@@ -49,24 +44,18 @@ ROUND_TRIP_CAP_SECONDS = 0.05
 #: A claim whose first job has a smaller priority than the last job of the
 #: claim before it brought an urgent job in ahead of a backlog, and more are
 #: likely to follow. A handler starts only once its claim has committed, and
-#: behind a backlog a claim is a top-up of hundreds of rows: 25-35 ms for 512
-#: on two busy cores, about 16 ms for 64, 6 ms for 16; that claim (with the
-#: one in flight when the job came, which saw it too late) was most of an
-#: urgent job's wait (with --batch-size 1000 a top-up may take 1000 rows:
-#: behind 1,000,000 pending jobs the urgent p99 was 52-94 ms against 25-44
-#: at 512, three runs each). So for URGENT_WATCH_SECONDS after such a claim, this
-#: worker's claims take at most URGENT_CLAIM_ROWS jobs. A second covers a
-#: stream of urgent jobs (the bench sends one every 20 ms) and costs a lone
-#: one no more than a second of small claims. Behind 1,000,000 pending jobs
-#: with such a stream (three runs each, in turns), claims of 16 started the
-#: urgent jobs after 10-16 ms at the median, claims of 64 after 20-25 ms;
-#: the backlog meanwhile ran at 6,000-12,000 jobs/s against 13,000-18,000
-#: (about 24,000 without urgent jobs): priorities are there for the urgent
-#: jobs to go first, and only while they come does the backlog pay. A queue
-#: worked through at one priority, or in ascending order, never gets here.
-#: Writes keep their size: one only delays this worker's next claim, another
-#: worker's may come first, and capping them as well gained nothing
-#: measurable but cost throughput.
+#: behind a backlog a claim is a top-up of hundreds of rows (up to
+#: --batch-size), which takes several times as long as a small one; that
+#: claim (with the one in flight when the job came, which saw it too late) is
+#: most of an urgent job's wait. So for URGENT_WATCH_SECONDS after such a
+#: claim, this worker's claims take at most URGENT_CLAIM_ROWS jobs. A second
+#: covers a stream of urgent jobs and costs a lone one no more than a second
+#: of small claims. Smaller claims start urgent jobs sooner and slow the
+#: backlog more: priorities are there for the urgent jobs to go first, and
+#: the backlog pays only while they come. A queue worked through at one
+#: priority, or in ascending order, never gets here. Writes keep their size:
+#: one only delays this worker's next claim, another worker's may come
+#: first, and capping them as well cost throughput for no gain.
 URGENT_WATCH_SECONDS = 1.0
 URGENT_CLAIM_ROWS = 16
 
@@ -116,8 +105,8 @@ def next_batch_size(size: int, limit: int, claimed: int, took: float, most: int)
 
 class Turnover:
     """How many runs ended within the last TURNOVER_WINDOW_SECONDS, kept as
-    a running total: asked before every claim, it costs the same however
-    many runs end (summing them each time took a share of no-op jobs' CPU)."""
+    a running total: asked before every claim, it must cost the same however
+    many runs end, which summing them each time would not."""
 
     def __init__(self) -> None:
         self._ended: collections.deque[tuple[float, int]] = collections.deque()

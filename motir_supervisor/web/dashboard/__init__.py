@@ -56,7 +56,8 @@ def session_key(password: str) -> bytes:
     password, so that every machine of the app group signs the same sessions
     (a form served by one validates on the next) and a new password ends
     them all; through scrypt, so that a cookie or token someone copies is no
-    fast test of password guesses (about 40 ms a guess, taken once here)."""
+    fast test of password guesses: scrypt makes every guess slow, a price
+    this pays once."""
     return hashlib.scrypt(password.encode(), salt=b"motir-supervisor dashboard session",
                           n=2**14, r=8, p=1, dklen=32)
 
