@@ -5,7 +5,7 @@ listener's :class:`Token`, a POSIX record lock on a file the supervisor
 opened before forking. Such locks belong to a process, so the kernel frees
 the token the instant its holder dies, and the supervisor then kicks the
 others so that one of them takes it over at once. (Another token picks the
-one worker that runs the scheduler, see schedules.py.)
+one worker that runs the scheduler, see maintenance/scheduler.py.)
 
 The listener claims what a notification announced when it has a free slot;
 when it has none, or when its claim suggests more is due, it drops one byte

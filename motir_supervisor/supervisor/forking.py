@@ -2,7 +2,7 @@
 child nothing it must not have, a signal to a process that may be gone,
 and the words for how one ended.
 
-Nothing here knows what a child runs; :mod:`supervisor` decides that.
+Nothing here knows what a child runs; :mod:`arbiter` decides that.
 """
 
 from __future__ import annotations

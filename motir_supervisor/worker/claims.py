@@ -3,7 +3,7 @@
 outcome is in the database, with the flag its handler reads as
 ``j.stopping``.
 
-Plain values: :mod:`holdings` creates and settles them, :mod:`executor`
+Plain values: :mod:`producer` creates and settles them, :mod:`executor`
 starts and ends them; nothing here runs SQL or a handler.
 """
 
@@ -42,7 +42,7 @@ class Claim:
     runs: list["Run"] = dataclasses.field(default_factory=list)
     #: Runs neither ended nor withdrawn yet.
     open: int = 0
-    #: Looked at once it was SLOW_BATCH_SECONDS old (see holdings).
+    #: Looked at once it was SLOW_BATCH_SECONDS old (see producer).
     checked: bool = False
     #: A claim of limited kinds: sized by free slots, so the batch size
     #: learns nothing from it.
