@@ -22,7 +22,7 @@ measures, in this order:
   urgent jobs behind a deep backlog;
 - the dashboard (benchmarks/dashboard_pages.py): each page's time on a
   table of a million finished jobs;
-- with ``--peers``, the peers of issue 5 on the same jobs with the same
+- with ``--peers``, the peer job runners on the same jobs with the same
   parallelism, each in its own database of the same server (see
   benchmarks/peers: they are installed apart from the project and only called).
 
@@ -61,8 +61,9 @@ APP = "benchmarks.noop_app"
 DATABASE = "motir_bench"
 DEFAULT_JSON = Path(".bench/results.json")
 
-#: Issue 5's targets are for a fleet of 4 on a 2-core machine: the latency,
-#: history and idle measurements use that fleet, and pgbench as many clients.
+#: The fleet the performance goals are stated for, 4 workers on a 2-core
+#: machine: the latency, history and idle measurements use it, and pgbench
+#: as many clients.
 FLEET_WORKERS = 4
 PGBENCH_CLIENTS = 4
 #: The slowest rate any run is allowed before it counts as hung.
@@ -92,15 +93,13 @@ UPDATE job_queue
  WHERE id = :id AND locked_by = 'pgbench' AND state = 'running';
 """
 
-# Each half can walk a partial index, so the check stays cheap with a million
-# finished rows in the table, where a count(*) would scan all of them 20
-# times a second and slow down the very run it times.
 # Asked every EMPTY_QUEUE_CHECK_SECONDS while a run is timed, so it must cost
-# the machine nothing: each lane is read through its own partial index (the
-# ORDER BY of the index's columns keeps the planner on it). A plain EXISTS on
-# state = 'pending' was planned as a scan of the table, which puts the
-# pending rows last: behind 1,000,000 finished rows each check read ~6,000
-# pages for 15-21 ms, a quarter of a core taken from the history run.
+# the machine nothing, a million finished rows in the table or not: each lane
+# is read through its own partial index (the ORDER BY of the index's columns
+# keeps the planner on it). A count(*), or a plain EXISTS on state =
+# 'pending', which is planned as a scan of the table that puts the pending
+# rows last, would read the finished rows at every check and slow down the
+# very run it times.
 QUEUE_HAS_WORK = """
 SELECT (SELECT 1 FROM job_queue WHERE state = 'pending' AND NOT limited
         ORDER BY priority, run_at, id LIMIT 1) IS NOT NULL
@@ -139,8 +138,8 @@ class Settings:
     bloat_rows: int = 1_000_000
     #: Seconds the idle fleet is measured, after its start and after a burst.
     idle_seconds: float = 10.0
-    #: Issue 9 counts an idle fleet's cost from 3 s after its start (or a
-    #: burst): a worker that waits on LISTEN has no backoff to ramp down.
+    #: An idle fleet's cost counts from 3 s after its start (or a burst): a
+    #: worker that waits on LISTEN has no backoff to ramp down.
     idle_settle_seconds: float = 3.0
     #: No-op jobs of the burst before the second idle window.
     idle_burst_jobs: int = 2_000
@@ -224,9 +223,9 @@ class BenchResults:
     idle: tuple[IdleCost, ...]
     #: None unless run with --peers; a failed peer has no figures and says why.
     peers: tuple[PeerRun, ...] | None
-    #: Issue 10's targets: priorities and unique keys, urgent jobs behind a backlog.
+    #: The job model: priorities and unique keys, urgent jobs behind a backlog.
     job_model: job_model.JobModelRun | None = None
-    #: Issue 11: the dashboard's pages on a big table.
+    #: The dashboard's pages on a big table.
     dashboard: dashboard_pages.DashboardRun | None = None
 
     def as_json(self) -> dict[str, Any]:
@@ -528,7 +527,7 @@ class Bench:
                 (statements_after - statements_before) / elapsed, 2))
 
     def measure_peers(self) -> tuple[PeerRun, ...] | None:
-        """The peers of issue 5 on the throughput runs' jobs, with the fleet's parallelism.
+        """The peers on the throughput runs' jobs, with the fleet's parallelism.
 
         Each configuration gets a database of its own on this server, so it
         meets the same durability and the same machine; the driver installs

@@ -1,4 +1,4 @@
-"""bin/bench's dashboard section (issue 11): how long each page of the
+"""bin/bench's dashboard section: how long each page of the
 dashboard takes on a big table.
 
 The table gets ``--bloat-rows`` succeeded jobs (1,000,000 by default), ended

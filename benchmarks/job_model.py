@@ -1,4 +1,4 @@
-"""bin/bench's job-model section (issue 10's targets).
+"""bin/bench's job-model section: priorities and unique keys.
 
 - No-op throughput of 20,000 jobs that use priorities (ten levels) and a
   unique key each, beside the same jobs without, run after run in turns.

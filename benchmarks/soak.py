@@ -11,7 +11,7 @@ queue and reads every execution the handlers recorded:
 
 - jobs not succeeded, rows left running, and runs of one job that overlapped;
 - runs that repeated a run which had finished (its handler recorded its
-  end): issue 9's bound is one per worker kill, from the microseconds
+  end): the bound is one per worker kill, from the microseconds
   between a handler's last statement and its return;
 - every other repeat, against the bound of the jobs that can have been
   running when their process died: kills x concurrency, plus the jobs held

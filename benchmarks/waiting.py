@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 WAITING_APP = "benchmarks.waiting_app"
 #: The latency runs poll this seldom, so only the wake-up can make them fast.
 LATENCY_POLL_SECONDS = 30.0
-#: Fleets whose latency is measured beside the floor: issue 9's target is for 4.
+#: Fleets whose latency is measured beside the floor: the goals' fleet of 4
+#: (bench.FLEET_WORKERS), and a lone worker.
 LATENCY_FLEETS = (4, 1)
 #: The runners take turns this many times (see measure_handler_latency).
 LATENCY_ROUNDS = 4

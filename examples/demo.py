@@ -1,7 +1,8 @@
 """bin/demo: run motir-supervisor end to end on a throwaway PostgreSQL.
 
 ``bin/demo --dashboard`` then keeps the database, runs the supervisor again
-and serves the dashboard on it until Ctrl-C.
+and serves the dashboard on it until Ctrl-C, SIGTERM or SIGHUP (its terminal
+closed): each stops the children and removes the database.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def main() -> int:
                         help="afterwards, serve the dashboard on the demo's jobs until Ctrl-C")
     parser.add_argument("--port", type=int, default=8080, help="the dashboard's port [8080]")
     args = parser.parse_args()
+    stop_on_signals(signal.SIGTERM, signal.SIGHUP)
     print("starting a throwaway PostgreSQL ...", flush=True)
     with ThrowawayPostgres() as pg:
         url = pg.create_database("motir_demo")
@@ -71,6 +73,20 @@ def main() -> int:
     return 0 if code == 0 else 1
 
 
+def stop_on_signals(*signums: int) -> None:
+    """Make these signals stop the demo as Ctrl-C does: raised as
+    KeyboardInterrupt, they unwind through the same ``finally`` blocks, which
+    stop the children and remove the throwaway PostgreSQL. Only the first
+    interrupts; a repeat must not cut that cleanup short."""
+    def interrupt(signum: int, frame: object) -> None:
+        for other in signums:
+            signal.signal(other, lambda *_: None)
+        raise KeyboardInterrupt
+
+    for signum in signums:
+        signal.signal(signum, interrupt)
+
+
 def serve_dashboard(env: dict[str, str], port: int, log_path: Path) -> None:
     password = secrets.token_urlsafe(12)
     env = {**env, "MOTIR_WEB_PASSWORD": password}
@@ -80,7 +96,8 @@ def serve_dashboard(env: dict[str, str], port: int, log_path: Path) -> None:
                      for command in (["run", "--workers", "2", "--app", "examples.demo_app"],
                                      ["web", "--host", "127.0.0.1", "--port", str(port)])]
     print(f"the dashboard: http://127.0.0.1:{port}/ (any user name, password {password});"
-          " the supervisor runs again, so a retried job runs. Ctrl-C to stop.", flush=True)
+          f" the supervisor runs again, so a retried job runs (log: {log_path})."
+          " Ctrl-C to stop.", flush=True)
     try:
         while all(p.poll() is None for p in processes):
             time.sleep(0.5)
@@ -125,4 +142,9 @@ def summarize(sql: Sql, took: float) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        # Stopped before the dashboard: the with blocks have cleaned up already.
+        print("\ndemo: interrupted; throwaway PostgreSQL stopped and removed", file=sys.stderr)
+        sys.exit(130)

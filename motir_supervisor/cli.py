@@ -13,7 +13,7 @@ import importlib.util
 import json
 import os
 import sys
-from typing import Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import click
 import psycopg2
@@ -26,6 +26,8 @@ from .config import DEFAULT_CONCURRENCY, Config, ConfigError
 from .supervisor.arbiter import Supervisor
 
 DATABASE_ENV = ("MOTIR_DATABASE_URL", "DATABASE_URL")
+
+Command = TypeVar("Command", bound=Callable[..., Any])
 
 
 class DefaultToRun(click.Group):
@@ -42,7 +44,7 @@ class DefaultToRun(click.Group):
         return super().parse_args(ctx, args)
 
 
-def database_option(f):
+def database_option(f: Command) -> Command:
     return click.option(
         "--database-url", envvar=list(DATABASE_ENV), show_envvar=True,
         help="PostgreSQL URL (the Fly convention is DATABASE_URL).")(f)
@@ -119,9 +121,11 @@ def main(ctx: click.Context, log_level: str, log_format: str) -> None:
               type=int, default=0, metavar="MB",
               help="Replace a worker by a fresh one once its resident size passes this many"
                    " MB; 0: never.")
-def run(database_url, workers, concurrency, apps, queues, lease_seconds, drain_seconds,
-        poll_seconds, retry_base_seconds, batch_size, retention_hours, metrics_port,
-        listen, max_jobs_per_worker, max_worker_memory_mb) -> None:
+def run(database_url: str | None, workers: int, concurrency: int, apps: tuple[str, ...],
+        queues: tuple[str, ...], lease_seconds: float, drain_seconds: float,
+        poll_seconds: float, retry_base_seconds: float, batch_size: int,
+        retention_hours: float, metrics_port: int | None, listen: bool,
+        max_jobs_per_worker: int, max_worker_memory_mb: int) -> None:
     """Run the supervisor and its workers until SIGTERM or SIGINT."""
     try:
         config = Config(
@@ -155,7 +159,7 @@ def _module_exists(module: str) -> bool:
 
 @main.command()
 @database_option
-def migrate(database_url) -> None:
+def migrate(database_url: str | None) -> None:
     """Create or upgrade the schema; running it again changes nothing."""
     with database(database_url, "migrate") as store:
         applied = store.migrate()
@@ -179,8 +183,8 @@ def migrate(database_url) -> None:
               help="Smaller runs first among due jobs.")
 @click.option("--unique-key", default=None,
               help="At most one pending or running job of the queue has this key.")
-def enqueue(database_url, kind, payload, delay, queue, max_attempts, priority,
-            unique_key) -> None:
+def enqueue(database_url: str | None, kind: str, payload: str, delay: float, queue: str,
+            max_attempts: int | None, priority: int, unique_key: str | None) -> None:
     """Insert one job and print its id (or the id of the job holding --unique-key)."""
     try:
         decoded = json.loads(payload)
@@ -203,7 +207,7 @@ def enqueue(database_url, kind, payload, delay, queue, max_attempts, priority,
 @main.command()
 @database_option
 @click.argument("queue")
-def pause(database_url, queue) -> None:
+def pause(database_url: str | None, queue: str) -> None:
     """Stop claiming QUEUE's jobs on every supervisor; running ones finish."""
     with database(database_url, "pause") as store:
         changed = store.pause_queue(queue)
@@ -213,7 +217,7 @@ def pause(database_url, queue) -> None:
 @main.command()
 @database_option
 @click.argument("queue")
-def resume(database_url, queue) -> None:
+def resume(database_url: str | None, queue: str) -> None:
     """Claim QUEUE's jobs again, on every supervisor."""
     with database(database_url, "resume") as store:
         changed = store.resume_queue(queue)
@@ -223,7 +227,7 @@ def resume(database_url, queue) -> None:
 
 @main.command()
 @database_option
-def status(database_url) -> None:
+def status(database_url: str | None) -> None:
     """Queue depth, the oldest due job, running jobs and expired leases."""
     with database(database_url, "status") as store:
         report = store.queue_status()
@@ -256,7 +260,7 @@ def status(database_url) -> None:
 @database_option
 @click.argument("job_id", type=int, required=False)
 @click.option("--kind", help="Retry every failed job of this kind instead of one job.")
-def retry(database_url, job_id, kind) -> None:
+def retry(database_url: str | None, job_id: int | None, kind: str | None) -> None:
     """Put a failed or cancelled job (or all failed jobs of a kind) back to pending."""
     if (job_id is None) == (kind is None):
         raise click.UsageError("give either a JOB_ID or --kind KIND")
@@ -270,6 +274,7 @@ def retry(database_url, job_id, kind) -> None:
                     " retrying; nothing was retried, try again") from None
             click.echo(f"{len(ids)} failed {kind} jobs are pending again")
             return
+        assert job_id is not None  # given, as kind is not
         try:
             result = store.retry_job(job_id)
         except psycopg2.errors.UniqueViolation:
@@ -291,7 +296,7 @@ def retry(database_url, job_id, kind) -> None:
 @main.command()
 @database_option
 @click.argument("job_id", type=int)
-def cancel(database_url, job_id) -> None:
+def cancel(database_url: str | None, job_id: int) -> None:
     """Cancel a pending or failed job; ask a running one to stop."""
     with database(database_url, "cancel") as store:
         result = store.cancel_job(job_id)
@@ -311,7 +316,7 @@ def cancel(database_url, job_id) -> None:
 @database_option
 @click.option("--older-than", "older_than_hours", type=click.FloatRange(min=0), required=True,
               help="Hours since a job finished.")
-def prune(database_url, older_than_hours) -> None:
+def prune(database_url: str | None, older_than_hours: float) -> None:
     """Delete succeeded and cancelled jobs that finished long enough ago."""
     total = 0
     with database(database_url, "prune") as store:
@@ -324,7 +329,7 @@ def prune(database_url, older_than_hours) -> None:
 @database_option
 @click.option("--host", envvar="MOTIR_WEB_HOST", default="0.0.0.0", show_default=True)
 @click.option("--port", envvar="PORT", type=int, default=8080, show_default=True)
-def web(database_url, host, port) -> None:
+def web(database_url: str | None, host: str, port: int) -> None:
     """Serve /healthz, /metrics and, when MOTIR_WEB_PASSWORD is set, the dashboard at /."""
     from .web import server as web_server  # prometheus_client is imported only here
 

@@ -68,15 +68,13 @@ class Config:
     #: Cap of the retry delay.
     retry_max_seconds: float = 3600.0
     #: Most jobs one claim takes. A worker starts at one and grows toward what
-    #: it can run in a tenth of a second (see sizing.FAST_BATCH_SECONDS), so
+    #: it can run in a tenth of a second (see batching.FAST_BATCH_SECONDS), so
     #: short jobs share round trips and long ones do not wait behind each other.
-    #: That tenth of a second is what bounds a claim of jobs that take no time:
-    #: four workers of no-op jobs on two cores run about 13,000 jobs/s each,
-    #: so 512 cut their claims short, and each claim costs the database a
-    #: transaction of its own beside its rows (1000 against 512: 43,852
-    #: against 41,815 jobs/s, ten runs each in turns; 2000 changed nothing).
+    #: For jobs that take no time this cap is what bounds a claim, and each
+    #: claim costs the database a transaction of its own beside its rows: 1000
+    #: benches a little ahead of 512, and 2000 no better than 1000.
     #: The price: an urgent job that comes while a top-up of up to 1000 rows
-    #: is in flight waits for it (see sizing.URGENT_WATCH_SECONDS).
+    #: is in flight waits for it (see batching.URGENT_WATCH_SECONDS).
     batch_size: int = 1000
     #: Succeeded and cancelled rows older than this are deleted; 0 keeps them.
     retention_hours: float = 168.0

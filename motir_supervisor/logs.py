@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from typing import Callable
+from typing import Callable, TextIO
 
 #: A record whose ``extra`` carries ``lines`` (a list of messages) stands for
 #: that many log lines, one per message, sharing the record's time, level and
-#: pid: a worker writes one line per job, and a record per job cost a tenth of
-#: its throughput. The record's own message is the lines joined by newlines,
-#: so that a formatter that knows nothing of this still shows them all.
+#: pid: a worker writes one line per job, and a record per job would cost a
+#: noticeable share of its throughput. The record's own message is the lines
+#: joined by newlines, so that a formatter that knows nothing of this still
+#: shows them all.
 LINES = "lines"
 _PLACEHOLDER = "\x00line\x00"
 
@@ -61,10 +62,11 @@ class BatchedStreamHandler(logging.StreamHandler):
     """Writes records through a buffer that is flushed at warnings, when full,
     and whenever a process says a batch of work is done (``handler.flush()``,
     which the worker and the supervisor call at least every fraction of a
-    second). A busy worker logs a line per job; writing each one with a
-    system call of its own cost a fifth of the throughput."""
+    second). A busy worker logs a line per job; a system call for each one
+    would cost a good share of the throughput."""
 
     def __init__(self) -> None:
+        stream: TextIO
         try:
             stream = open(sys.stderr.fileno(), "w", buffering=1 << 16, encoding="utf-8",
                           errors="backslashreplace", closefd=False)

@@ -13,12 +13,14 @@ import importlib.util
 import inspect
 import json
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from .maintenance.scheduler import Schedule
 
 Handler = Callable[["Job"], Any]
+#: A handler as decorated: @job gives it back unchanged, its type too.
+H = TypeVar("H", bound=Handler)
 
 
 class PermanentFailure(Exception):
@@ -41,7 +43,7 @@ class Snooze(Exception):
     #: Longer would not fit a timestamp for long; a year is plenty.
     MAX_SECONDS = 366 * 24 * 3600
 
-    def __init__(self, seconds: float):
+    def __init__(self, seconds: float) -> None:
         if (not isinstance(seconds, (int, float)) or isinstance(seconds, bool)
                 or not 0 <= seconds <= self.MAX_SECONDS):
             raise ValueError(f"Snooze takes seconds from 0 to {self.MAX_SECONDS},"
@@ -59,7 +61,7 @@ class Registration:
     #: An ``async def`` handler: it runs on the worker's event loop, not a thread.
     is_async: bool = False
     #: When the kind is also enqueued, read from ``@job(schedule=...)`` (see
-    #: schedules.py); None for a kind that is only enqueued.
+    #: maintenance/scheduler.py); None for a kind that is only enqueued.
     schedule: "Schedule | None" = None
     #: At most this many jobs of the kind run at once in the whole fleet
     #: (the database enforces it: see claim_limited_jobs); None for no limit.
@@ -74,7 +76,7 @@ _PAYLOAD_LOCK = threading.Lock()
 
 def job(kind: str, *, timeout: float | None = None,
         schedule: str | int | float | None = None,
-        max_running: int | None = None) -> Callable[[Handler], Handler]:
+        max_running: int | None = None) -> Callable[[H], H]:
     """Register the decorated function as the handler of ``kind``.
 
     >>> @job("send_email", timeout=60)
@@ -100,7 +102,7 @@ def job(kind: str, *, timeout: float | None = None,
         from .maintenance.scheduler import Schedule
         parsed = Schedule.parse(kind, schedule)  # a bad one fails at import, naming the kind
 
-    def register(handler: Handler) -> Handler:
+    def register(handler: H) -> H:
         existing = _registry.get(kind)
         if existing is not None and _qualname(existing.handler) != _qualname(handler):
             raise ValueError(
@@ -146,12 +148,12 @@ class AppImportError(Exception):
 
 def preload_asyncio_for(modules: tuple[str, ...] | list[str]) -> bool:
     """Import asyncio now, in the supervisor before it forks, when an --app
-    module's own source mentions ``async def``: its workers then share
-    the import instead of each paying for it as it boots (13 ms of CPU and
-    about 2 MB of memory apiece), and a fleet of plain handlers never
-    imports it at all. Only what can be read without running app code is
-    looked at: an async handler in a module the app imports is found by the
-    worker at boot, which imports asyncio then. True if it was imported."""
+    module's own source mentions ``async def``: its workers then share the
+    import instead of each paying for it, in CPU and memory, as it boots,
+    and a fleet of plain handlers never imports it at all. Only what can be
+    read without running app code is looked at: an async handler in a
+    module the app imports is found by the worker at boot, which imports
+    asyncio then. True if it was imported."""
     for module in modules:
         if _source_mentions_async(module):
             import asyncio  # noqa: F401 - for the workers forked from here
@@ -207,7 +209,7 @@ class Job:
 
     def __init__(self, *, id: int, kind: str, queue: str, payload: Any = None, attempt: int,
                  max_attempts: int, checkpoint_data: Any, stopping: StopRequest,
-                 save_checkpoint: Callable[[Any], bool], payload_json: str | None = None):
+                 save_checkpoint: Callable[[Any], bool], payload_json: str | None = None) -> None:
         self.id = id
         self.kind = kind
         self.queue = queue

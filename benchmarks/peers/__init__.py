@@ -1,4 +1,4 @@
-"""The peers of issue 5, installed apart from the project and run on bin/bench's jobs.
+"""The peer job runners, installed apart from the project and run on bin/bench's jobs.
 
 Peer code is only installed and called, never copied. The Python peers are
 the ``bench`` extra of pyproject.toml, installed into ``.bench/peers-venv``
@@ -35,8 +35,8 @@ PYPROJECT = ROOT / "pyproject.toml"
 PACKAGE_JSON = HERE / "package.json"
 PEERS_VENV = ROOT / ".bench" / "peers-venv"
 NPM_PREFIX = ROOT / ".bench" / "npm"
-#: The slowest rate a peer run may have before it counts as hung; the
-#: slowest peer measured so far runs about 500 jobs/s.
+#: The slowest rate a peer run may have before it counts as hung: far below
+#: what any peer runs no-op jobs at.
 SLOWEST_JOBS_PER_SECOND = 50
 INSTALL_TIMEOUT_SECONDS = 600
 #: How often run_driver lets its caller look at a running driver.

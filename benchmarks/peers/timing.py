@@ -13,9 +13,9 @@ from typing import Callable, Sequence
 
 #: How often every timed run, motir-supervisor's and the peers', checks for
 #: an empty queue (bin/bench imports it; timing.mjs has the same). A run
-#: ends up to one interval after its last job: at 50 ms that was 25 ms on
-#: average of a no-op run of 0.4 s, for every runner alike, which drew the
-#: ratios between them toward 1. A check costs about 0.1 ms of the server's.
+#: ends up to one interval after its last job, for every runner alike: a
+#: coarse interval is a large share of a short no-op run and draws the
+#: ratios between runners toward 1, while a check costs the server little.
 EMPTY_QUEUE_CHECK_SECONDS = 0.01
 #: The drivers' workers exit by themselves once the queue is empty.
 WORKER_EXIT_TIMEOUT_SECONDS = 60

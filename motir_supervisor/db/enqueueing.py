@@ -33,6 +33,9 @@ class NewJob(NamedTuple):
     max_attempts: int | None = None
 
 
+#: (queue, unique_key): a key is unique within its queue.
+UniqueKey = tuple[str, str | None]
+
 #: How often enqueue tries again when a unique key's holder finished between
 #: the insert that found it and the look-up of its id.
 UNIQUE_KEY_TRIES = 5
@@ -82,7 +85,7 @@ def enqueue_jobs(conn: psycopg2.extensions.connection,
     """
     if not jobs:
         return []
-    first_of_key: dict[tuple[str, str], int] = {}
+    first_of_key: dict[UniqueKey, int] = {}
     sent: list[NewJob] = []
     #: For each job, its place in ``sent`` and whether it is the one sent.
     places: list[tuple[int, bool]] = []
@@ -137,7 +140,7 @@ def _insert_jobs(cur: psycopg2.extensions.cursor, jobs: Sequence[NewJob]) -> lis
 
 
 def _holders_of_keys(cur: psycopg2.extensions.cursor,
-                     jobs: Sequence[NewJob]) -> dict[tuple[str, str], int]:
+                     jobs: Sequence[NewJob]) -> dict[UniqueKey, int]:
     cur.execute(QUERIES["jobs_holding_unique_keys"], {
         "queue": [job.queue for job in jobs], "unique_key": [job.unique_key for job in jobs]})
     return {(queue, key): job_id for queue, key, job_id in cur.fetchall()}

@@ -14,9 +14,8 @@ import re
 _BLOCK_HEADER = re.compile(r"^-- ([a-z_]+) --$", re.MULTILINE)
 #: The SQL files lie beside this module: every install (a wheel, an editable
 #: one, the Dockerfile's) unpacks the package as files. Read with os, not
-#: importlib.resources, whose import (tempfile, zipfile, pathlib) took 6 of
-#: the 60 ms a supervisor spends importing before its first fork, paid again
-#: on every start and restart.
+#: importlib.resources, whose imports (tempfile, zipfile, pathlib) would be a
+#: noticeable share of a supervisor's start, paid again on every restart.
 _SQL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sql")
 
 
@@ -42,7 +41,7 @@ QUERIES: dict[str, str] = _load_queries("queries.sql", "dashboard.sql")
 
 #: The statements a worker runs for every claim and every write of outcomes.
 #: Each connection prepares them on first use: planning the claim takes
-#: longer than running it (0.18 ms against 0.05 ms), and a job waits for it.
+#: longer than running it, and a job waits for it.
 PREPARED = frozenset({"claim_due_jobs", "claim_limited_jobs", "record_successes",
                       "record_outcomes", "renew_leases", "seconds_until_next_due"})
 _PARAMETER = re.compile(r"%\((\w+)\)s")

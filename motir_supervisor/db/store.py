@@ -41,7 +41,7 @@ _PREPARED_FORMS: dict[str, tuple[str, str]] = {}
 
 
 # Tuples, not frozen dataclasses: a worker makes two of these per job, and a
-# frozen dataclass costs five times as much to build.
+# frozen dataclass costs several times as much to build.
 class ClaimedJob(NamedTuple):
     """A row as the claim returned it: ours until we record its outcome."""
 
@@ -93,6 +93,7 @@ class JobStore:
     def conn(self) -> psycopg2.extensions.connection:
         if self._conn is None or self._conn.closed:
             self.open()
+        assert self._conn is not None  # open() connected, or raised
         return self._conn
 
     def open(self) -> None:
@@ -104,9 +105,9 @@ class JobStore:
         if self.prepare:
             # No JIT for statements that take a millisecond: compiling one
             # on a misestimate (a small table whose statistics are stale, as
-            # analyze_limits explains) took 0.6 s. Not with --no-listen: a
-            # pooler in transaction mode would leave the setting on
-            # whichever server connection it landed.
+            # analyze_limits explains) costs far more than running it. Not
+            # with --no-listen: a pooler in transaction mode would leave the
+            # setting on whichever server connection it landed.
             self._run("no_jit")
         if self.listen:
             self._run("listen")
@@ -305,7 +306,9 @@ class JobStore:
         try:
             with conn, conn.cursor() as cur:
                 cur.execute(QUERIES["lock_limits_sync"])
-                if not cur.fetchone()[0]:
+                locked = cur.fetchone()
+                assert locked is not None  # the lock's SELECT returns one row
+                if not locked[0]:
                     return None
                 cur.execute(QUERIES["limits"])
                 current = dict(cur.fetchall())

@@ -152,26 +152,26 @@ class SchedulerSeat:
         self.scheduler: Scheduler | None = None
         self._next_try = 0.0
 
-    def take(self) -> bool:
-        """Whether this worker runs the scheduler now, taking the token if
-        it is free."""
+    def take(self) -> Scheduler | None:
+        """This worker's scheduler if it runs the scheduler now, taking the
+        token if it is free; else None."""
         if not self.schedules or self.token is None:
-            return False
+            return None
         if self.scheduler is None:
             # A syscall, so at most once a second (a worker loop's longest sleep).
             now = time.monotonic()
             if now < self._next_try:
-                return False
+                return None
             self._next_try = now + 1.0
             if not self.token.try_take():
-                return False
+                return None
             self.scheduler = Scheduler(self.store, self.schedules)
             logging.getLogger("motir_supervisor.worker").debug(
                 "worker %d runs the scheduler", self.index)
-        return True
+        return self.scheduler
 
     def hand_on(self) -> None:
         """Another worker (a staying one, or the replacement) schedules."""
-        if self.scheduler is not None:
+        if self.scheduler is not None and self.token is not None:
             self.token.give_up()
             self.scheduler = None

@@ -2,7 +2,7 @@
 child nothing it must not have, a signal to a process that may be gone,
 and the words for how one ended.
 
-Nothing here knows what a child runs; :mod:`supervisor` decides that.
+Nothing here knows what a child runs; :mod:`arbiter` decides that.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import Callable, Iterable
 
 from ..logs import flush_logs
 
-# The supervisor's logger: "process 4711 crashed" is its line, as it was.
+# The supervisor's own logger: "process 4711 crashed" is a line of the
+# supervisor's, not of this helper's.
 log = logging.getLogger("motir_supervisor.supervisor")
 
 #: The exit code of a child whose body raised: the child itself broke.
@@ -36,7 +37,7 @@ def fork_child(body: Callable[[], int], blocked: Iterable[signal.Signals],
     flush_logs()
     blocked = tuple(blocked)
     signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
-    # What the child inherits (the imports, about 20,000 objects) is frozen
+    # What the child inherits (every object of the imports) is frozen
     # in it, as the gc module advises before a fork: its collections never
     # walk those objects again, nor write to their headers, which would copy
     # each page they share with the parent. The parent thaws them at once,

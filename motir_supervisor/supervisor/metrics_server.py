@@ -25,7 +25,7 @@ METRICS_RESTART_SECONDS = 5.0
 class MetricsServer:
     """Owned by the supervisor's loop (one thread)."""
 
-    def __init__(self, port: int, fork: Callable[[Callable[[], int]], int]):
+    def __init__(self, port: int | None, fork: Callable[[Callable[[], int]], int]):
         self.port = port
         #: The supervisor's fork, which closes what a child must not inherit.
         self._fork = fork
@@ -67,6 +67,7 @@ class MetricsServer:
             shutil.rmtree(self.directory, ignore_errors=True)
 
     def _serve(self) -> int:
+        assert self.port is not None  # enabled only with a port
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED_SIGNALS)

@@ -89,8 +89,8 @@ class Rescuer:
                 db.Outcome(e.job_id, e.error, e.retry_in_seconds, e.permanent,
                            e.state == ledger.SNOOZED)
                 for e in decided.values()])
-            for job_id, state, kind in written:
-                outcome = outcomes.outcome_of(state, decided[job_id].state == ledger.SNOOZED)
+            for job_id, new_state, kind in written:
+                outcome = outcomes.outcome_of(new_state, decided[job_id].state == ledger.SNOOZED)
                 log.info("job %d %s %s in %.3fs: outcome written for exited worker %s", job_id,
                          kind, outcome, decided[job_id].seconds, item.claimant)
                 # A worker forked later inherits this label child, and

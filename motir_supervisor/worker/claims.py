@@ -67,7 +67,8 @@ class Run:
     withdrawn: bool = False
     ended: bool = False
     duration: float = 0.0
-    decision: outcomes.Decision | None = None
+    #: How it ended: set by the executor as it ends, and read only after.
+    decision: outcomes.Decision = None  # type: ignore[assignment]
     #: A sync handler ran past its kind's timeout and is left behind.
     timed_out: bool = False
     #: Its outcome (or release) is in the database: the claim is no longer held.

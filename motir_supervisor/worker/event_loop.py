@@ -33,33 +33,36 @@ class EventLoop:
 
     def start(self, run: Run) -> None:
         """Start an async run's task (any thread)."""
-        self._event_loop().call_soon_threadsafe(self._start_task, run)
+        loop = self._loop if self._loop is not None else self._start_loop()
+        loop.call_soon_threadsafe(self._start_task, loop, run)
 
-    def _event_loop(self) -> asyncio.AbstractEventLoop:
-        if self._loop is None:
-            import asyncio
-            started = threading.Event()
+    def _start_loop(self) -> asyncio.AbstractEventLoop:
+        import asyncio
+        started = threading.Event()
 
-            def serve() -> None:
-                self._loop = asyncio.new_event_loop()
-                started.set()
-                self._loop.run_forever()
+        def serve() -> None:
+            loop = self._loop = asyncio.new_event_loop()
+            started.set()
+            loop.run_forever()
 
-            threading.Thread(target=serve, name="async-handlers", daemon=True).start()
-            started.wait()
+        threading.Thread(target=serve, name="async-handlers", daemon=True).start()
+        started.wait()
+        assert self._loop is not None
         return self._loop
 
-    def _start_task(self, run: Run) -> None:
-        self._loop.create_task(self._run(run))
+    def _start_task(self, loop: asyncio.AbstractEventLoop, run: Run) -> None:
+        loop.create_task(self._run(run))
 
     async def _run(self, run: Run) -> None:
-        import asyncio  # imported by _event_loop already: a lookup in sys.modules
-        error = None
-        timeout = run.registration.timeout
+        import asyncio  # imported by _start_loop already: a lookup in sys.modules
+        error: BaseException | None = None
+        registration = run.registration
+        assert registration is not None  # only a registered kind is async
+        timeout = registration.timeout
         try:
             self._announce(run)
             async with asyncio.timeout(timeout) as limit:
-                await run.registration.handler(self._job_handle(run))
+                await registration.handler(self._job_handle(run))
         except TimeoutError as exc:
             error = exc
             if limit.expired():

@@ -42,6 +42,9 @@ HOLD_BACK_SECONDS = 0.001
 #: until it next blocks, so that the handler starts without a second wake-up.
 HAND_OVER_SECONDS = 0.001
 
+#: The latest runs whose median length says how long a run takes.
+RECENT_RUNS = 15
+
 log = logging.getLogger("motir_supervisor.worker")
 
 
@@ -97,7 +100,7 @@ class Executor:
         #: by _holding_back() and run_seconds: a number one run late only
         #: delays the choice to hold back by a run.
         self._sync_running = 0
-        self._recent: collections.deque[float] = collections.deque(maxlen=15)
+        self._recent: collections.deque[float] = collections.deque(maxlen=RECENT_RUNS)
         self._run_seconds: float | None = None
         #: Runs ended so far.
         self._ended = 0
@@ -180,7 +183,8 @@ class Executor:
     def longest_running(self, now: float) -> float:
         """Seconds the oldest running run has been going; 0 with none."""
         with self._lock:
-            return max((now - run.started for run in self._running), default=0.0)
+            return max((now - run.started for run in self._running if run.started is not None),
+                       default=0.0)
 
     @property
     def busy(self) -> bool:
@@ -280,10 +284,12 @@ class Executor:
         return mine
 
     def _finish(self, run: Run, error: BaseException | None, me: _Thread | None) -> Run | None:
-        run.duration = time.monotonic() - run.started
+        # started: set by _start_more before the run was handed to anyone.
+        run.duration = time.monotonic() - run.started  # type: ignore[operator]
         with self._lock:
             # Under the lock: time_out() may mark the run until this moment.
             if run.timed_out:
+                assert run.registration is not None  # a run with a timeout has a kind
                 error = TimeoutError(f"ran past the timeout of its kind"
                                      f" ({run.registration.timeout:g}s)")
             decision = outcomes.SUCCESS if error is None else outcomes.decide(
@@ -293,7 +299,7 @@ class Executor:
             recent = self._recent
             recent.append(run.duration)
             self._ended += 1
-            if self._ended & 3 == 0 or len(recent) < recent.maxlen:
+            if self._ended & 3 == 0 or len(recent) < RECENT_RUNS:
                 # Every fourth run: a window of 15 moves little in three,
                 # and sorting after every run would cost a no-op job more
                 # than its handler.

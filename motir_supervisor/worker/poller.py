@@ -119,7 +119,8 @@ class Poller:
         if self.token is not None and self.token.held:
             self.token.give_up()
             self.store.listen = False
-            self.kicks.kick()
+            if self.kicks is not None:
+                self.kicks.kick()
 
     def kick(self) -> None:
         """Have another idle worker look: more is due than this one took."""

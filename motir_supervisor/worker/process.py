@@ -122,7 +122,8 @@ class Worker:
         except registry.AppImportError as exc:
             log.error("worker %d: %s", self.index, exc)
             return EXIT_BOOT_FAILURE
-        self.scheduler_seat.schedules = [r.schedule for r in registry.scheduled()]
+        self.scheduler_seat.schedules = [
+            r.schedule for r in registry.scheduled() if r.schedule is not None]
         if registry.any_async():
             # Imported now rather than by the first async run, under the
             # executor's lock; a no-op when the supervisor imported it before
@@ -291,8 +292,8 @@ class Worker:
         self._claim_while_room()
         if not self.stop_requested:
             self.poller.look_for_listener_token(now)
-        if not self.stop_requested and self.scheduler_seat.take():
-            self.scheduler_seat.scheduler.run_when_due()
+        if not self.stop_requested and (scheduler := self.scheduler_seat.take()) is not None:
+            scheduler.run_when_due()
 
     def _write_finished(self, now_or_never: bool = False) -> None:
         self.producer.collect_finished()

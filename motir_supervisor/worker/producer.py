@@ -42,7 +42,7 @@ CLAIM_RECHECK_SECONDS = 2.0
 class Producer:
     def __init__(self, config: Config, claimant: str, index: int, store: db.JobStore,
                  executor: Executor, entries: ledger.Ledger, held: dict[int, Run],
-                 completer: Completer, leases: Leases, poller: Poller | None,
+                 completer: Completer, leases: Leases, poller: Poller,
                  round_trips: RoundTrips, stop_check: Callable[[], bool] = lambda: False):
         self.config = config
         self.claimant = claimant
@@ -247,9 +247,10 @@ class Producer:
             # From its first start to its last end, as the handlers' threads
             # saw them: not the wait behind an earlier claim's runs, nor how
             # soon this thread got round to noticing.
-            ran = [r for r in claim.runs if r.started is not None and r.ended]
-            took = (max(r.started + r.duration for r in ran) - min(r.started for r in ran)
-                    if ran else now - claim.sent_at)
+            ran = [(r.started, r.duration) for r in claim.runs
+                   if r.started is not None and r.ended]
+            took = (max(started + duration for started, duration in ran)
+                    - min(started for started, _ in ran) if ran else now - claim.sent_at)
             self._resize(next_batch_size(claim.size, claim.limit, len(claim.runs), took,
                                          self.config.batch_size), now)
 

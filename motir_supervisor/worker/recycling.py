@@ -48,7 +48,7 @@ def resident_bytes(statm: str = "/proc/self/statm") -> int | None:
     heap, and large ones are those we watch), while statm reads a counter.
     RSS also counts the pages still shared with the supervisor since the
     fork; those are the bare interpreter's (the apps are imported after the
-    fork), some 20 MB that do not grow, and what leaks is private to the
+    fork), a fixed share that does not grow, and what leaks is private to the
     worker, counted alike by all three. RSS is also the figure ps, top and
     the platform's metrics show, which the operator sets the limit against.
     """

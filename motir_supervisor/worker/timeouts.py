@@ -23,8 +23,8 @@ class Timeouts:
     def time_out_runs(self, now: float) -> bool:
         """Mark the sync runs past their timeout; True when one was."""
         if self._any is None:
-            self._any = any(registry.registration_for(kind).timeout
-                            for kind in registry.registered_kinds())
+            self._any = any((registration := registry.registration_for(kind)) is not None
+                            and registration.timeout for kind in registry.registered_kinds())
         if not self._any:
             return False
         timed_out = False
@@ -33,6 +33,7 @@ class Timeouts:
                 continue
             if self.executor.time_out(run):
                 metrics.record_run(run.claimed.kind, "timed out", run.duration)
+                assert run.registration is not None  # a run with a timeout has a kind
                 log_run(run, "timed out", f"ran past its timeout of"
                         f" {run.registration.timeout:g}s")
                 timed_out = True

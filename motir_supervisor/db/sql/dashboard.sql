@@ -1,4 +1,4 @@
--- The dashboard's statements (motir_supervisor/dashboard), named blocks as
+-- The dashboard's statements (motir_supervisor/web/dashboard), named blocks as
 -- in queries.sql and loaded beside them. Reads for people, not for the
 -- workers: none of them is on a claim's path.
 
@@ -9,10 +9,9 @@ SELECT set_config('statement_timeout', %(timeout)s, false);
 -- dashboard_queues --
 -- Every queue with unfinished, failed or cancelled jobs, or a pause: its
 -- depth by state, the oldest due job and whether it is paused. Succeeded
--- rows are left out: they are most of the table, and counting them read
--- it all (0.23 s at a million rows); each branch here is a partial index,
--- of rows that are few unless a backlog is deep (30 ms beside 50,000
--- pending). The throughput chart shows what succeeded lately.
+-- rows are left out: they are most of the table, and counting them reads
+-- it all; each branch here is a partial index, of rows that are few unless
+-- a backlog is deep. The throughput chart shows what succeeded lately.
 WITH unfinished AS (
     SELECT queue, state, run_at FROM job_queue WHERE state = 'pending' AND NOT limited
     UNION ALL

@@ -296,15 +296,13 @@ RETURNING id, cancel_requested;
 -- record_successes --
 -- record_outcomes below, for the runs of a batch that returned (the others
 -- go there). Without the per-row decision and its join, and with far less to
--- plan, the server spends about two fifths less on each job than the
--- general statement does. Fenced as renew_leases is, on the claimant and a
--- lease rather than on the state: the statistics of a table whose rows were
--- all pending when last analysed put the running rows at one, and the
--- generic plan then took job_queue_leases for the cheapest path to them. It
--- read every running row of the fleet for each write and compared it with
--- each of the write's ids, a twelfth of the server's CPU at 4 workers of
--- no-op jobs (2,000 rows running or held, 500 ids a write). Through the
--- primary key, each id is one probe.
+-- plan, the server spends much less on each job than the general statement
+-- does. Fenced as renew_leases is, on the claimant and a lease rather than
+-- on the state: the statistics of a table whose rows were all pending when
+-- last analysed put the running rows at one, and a generic plan fenced on
+-- the state takes job_queue_leases for the cheapest path to them, reading
+-- every running row of the fleet for each write and comparing it with each
+-- of the write's ids. Through the primary key, each id is one probe.
 UPDATE job_queue
 SET state = 'succeeded',
     finished_at = now(),
@@ -327,10 +325,9 @@ RETURNING id, state, kind;
 -- to record_successes (db.JobStore.record_outcomes_of), so what comes here
 -- is the failures and snoozes of a batch, usually few. The fence names a claimant
 -- and a lease, not the state, as in record_successes, and the target rows
--- are named by their ids once more: with the state, the generic plan joined
--- every running row of the fleet with every outcome (140 ms for a write of
--- 512 outcomes with 1,536 rows running); without the ids, a custom plan read
--- the whole table for the claimant's rows (195 ms on 20,000 rows).
+-- are named by their ids once more: with the state, the generic plan joins
+-- every running row of the fleet with every outcome; without the ids, a
+-- custom plan reads the whole table for the claimant's rows.
 WITH outcome AS (
     SELECT *
     FROM unnest(%(ids)s::bigint[], %(errors)s::text[], %(retry_in_seconds)s::float8[],
@@ -567,8 +564,8 @@ DELETE FROM job_queue_limits WHERE kind = %(kind)s;
 -- analyze_limits --
 -- The table is a few rows, too few ever to reach autovacuum's threshold:
 -- without statistics the planner takes it for some thousand rows, and on
--- that estimate compiles claim_limited_jobs with JIT (0.6 s a claim, where
--- it takes 0.3 ms). Its writer refreshes them.
+-- that estimate compiles claim_limited_jobs with JIT, which takes far
+-- longer than the claim itself. Its writer refreshes them.
 ANALYZE job_queue_limits;
 
 -- route_kind --

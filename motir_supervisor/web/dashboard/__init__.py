@@ -23,6 +23,7 @@ from flask import (Flask, Response, abort, flash, redirect, render_template, req
                    url_for)
 from flask_wtf.csrf import CSRFError, CSRFProtect
 from werkzeug.exceptions import HTTPException
+from werkzeug.wrappers import Response as BaseResponse
 
 from ... import db
 from .reads import DashboardStore, EndedPerMinute
@@ -55,7 +56,8 @@ def session_key(password: str) -> bytes:
     password, so that every machine of the app group signs the same sessions
     (a form served by one validates on the next) and a new password ends
     them all; through scrypt, so that a cookie or token someone copies is no
-    fast test of password guesses (about 40 ms a guess, taken once here)."""
+    fast test of password guesses: scrypt makes every guess slow, a price
+    this pays once."""
     return hashlib.scrypt(password.encode(), salt=b"motir-supervisor dashboard session",
                           n=2**14, r=8, p=1, dklen=32)
 
@@ -175,7 +177,7 @@ def create_app(database_url: str, password: str) -> Flask:
         return render_template("schedules.html", schedules=rows)
 
     @app.post(f"/jobs/<int(max={MAX_ID}):job_id>/retry")
-    def retry(job_id: int) -> Response:
+    def retry(job_id: int) -> BaseResponse:
         try:
             with lock:
                 result = store.retry_job(job_id)
@@ -195,7 +197,7 @@ def create_app(database_url: str, password: str) -> Flask:
                      "done", job_id)
 
     @app.post(f"/jobs/<int(max={MAX_ID}):job_id>/cancel")
-    def cancel(job_id: int) -> Response:
+    def cancel(job_id: int) -> BaseResponse:
         with lock:
             result = store.cancel_job(job_id)
         if result is None:
@@ -208,7 +210,7 @@ def create_app(database_url: str, password: str) -> Flask:
                          " its next lease renewal.", "done", job_id)
         return _back(f"Job {job_id} was {state}; it is cancelled.", "done", job_id)
 
-    def pause_or_resume(pausing: bool) -> Response:
+    def pause_or_resume(pausing: bool) -> BaseResponse:
         queue = _text(request.form.get("queue"))
         if not queue:
             abort(400, "which queue?")
@@ -237,7 +239,7 @@ def _text(value: str | None) -> str:
     return value or ""
 
 
-def _back(message: str, category: str, job_id: int) -> Response:
+def _back(message: str, category: str, job_id: int) -> BaseResponse:
     """After an action on a job: its page, with what happened."""
     log.info("dashboard: job %d: %s (from %s)", job_id, message, request.remote_addr)
     flash(message, category)

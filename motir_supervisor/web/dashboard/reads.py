@@ -31,8 +31,8 @@ SETTLED_SECONDS = 5.0
 class EndedPerMinute:
     """Jobs ended per minute and queue over the last CHART_MINUTES minutes.
 
-    Counting a busy fleet's last quarter hour read every row it ended (0.4 s
-    at 860,000 rows); a minute that is over does not change once every
+    Counting a busy fleet's last quarter hour reads every row it ended, too
+    many for each page load; a minute that is over does not change once every
     transaction that could still stamp it has ended, so each is counted
     then, and kept, and a page load counts only the minutes since. The open
     transactions of roles this one may not see (pg_stat_activity hides

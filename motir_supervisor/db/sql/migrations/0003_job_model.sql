@@ -1,4 +1,4 @@
--- What teams ask of a job queue (issue 10): priorities, unique keys and
+-- What teams ask of a job queue: priorities, unique keys and
 -- paused queues, each enforced by the database, so that a plain INSERT from
 -- the web app (Prisma, psql) gets the same rules as the Python API.
 
@@ -45,9 +45,9 @@ CREATE TRIGGER job_queue_notify_resumed
     AFTER DELETE ON job_queue_paused
     FOR EACH ROW EXECUTE FUNCTION job_queue_notify_resumed();
 
--- Periodic jobs (see maintenance/scheduler.py): the latest instant enqueued of each
--- scheduled kind, and the schedule as the supervisor that wrote it read it
--- (what `status` shows). The scheduler advances last_instant and inserts
+-- Periodic jobs (see maintenance/scheduler.py): the latest instant enqueued
+-- of each scheduled kind, and the schedule as the supervisor that wrote it
+-- read it (what `status` shows). The scheduler advances last_instant and inserts
 -- the job in one statement, so an instant is enqueued once in all.
 CREATE TABLE job_queue_schedules (
     kind         text PRIMARY KEY,

@@ -40,29 +40,21 @@ CREATE TRIGGER job_queue_route_revived
 
 -- Neither update can be HOT (state is in the partial indexes' predicates),
 -- but each still puts the row's new version on the same page when there is
--- room. On pages filled to the brim by the inserts there never was: every
--- claim and every outcome moved its row to another page, which costs a
+-- room. On pages filled to the brim by the inserts there is none: every
+-- claim and every outcome would move its row to another page, which costs a
 -- second row lock in the WAL (heap_update marks the old version locked
 -- while it looks for the other page) and a record naming both pages. Inserts
--- now fill 40 % of a page, leaving room for the claim's version of each row
+-- fill 40 % of a page, leaving room for the claim's version of each row
 -- even when that is half as large again (it adds the claimant, the lease and
 -- the start); the inserted version is pruned from the page once the claim
--- has committed, which makes room for the outcome's. At 50 % a sixth of the
--- claims of no-op jobs still moved their rows; at 40 % none did (20,480 jobs
--- claimed and written 512 at a time), and the table ended smaller than at
--- 100 %, where the moved versions took new pages: 640 pages against 862.
--- Only new pages follow the setting; rows already in the table stay put.
+-- has committed, which makes room for the outcome's. Fuller pages still move
+-- some of the rows, and moved versions take new pages, so a churning table
+-- does not even end larger at 40 %. Only new pages follow the setting; rows
+-- already in the table stay put.
 -- The price is room: a table that keeps many finished rows holds them about
 -- 40 % to a page once vacuum has cleared the versions they replaced, so up
--- to 2.5 times the pages it took before, and what reads the whole table
--- (status counts, retry of every failed job of a kind) reads that much more.
--- `bin/bench` no-op runs of 20,000 jobs, started each right after a
--- checkpoint, ran 8 % faster with it than without (three rounds each in
--- turns, 4 workers; 7 % with one): fewer pages touched, and so, most likely,
--- fewer written whole into the WAL after the checkpoint.
---
--- Both changes together, on the 2-core benchmark machine, 20,480 no-op jobs
--- claimed 512 at a time and written: 979 bytes of WAL a job before, 737
--- after; the server's CPU a job 14.4 us before, 13.1 after with one client,
--- 18.4 and 17.6 with four at once.
+-- to 2.5 times the pages, and what reads the whole table (status counts,
+-- retry of every failed job of a kind) reads that much more. In return each
+-- job touches fewer pages, and fewer are written whole into the WAL after a
+-- checkpoint.
 ALTER TABLE job_queue SET (fillfactor = 40);
