@@ -21,7 +21,7 @@ import psycopg2.errors
 
 from . import db, registry
 from .logs import configure_logging
-from .maintenance.scheduler import Schedule, instant_text
+from .schedule import Schedule, instant_text
 from .config import DEFAULT_CONCURRENCY, Config, ConfigError
 from .supervisor.arbiter import Supervisor
 

@@ -16,7 +16,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from .maintenance.scheduler import Schedule
+    from .schedule import Schedule
 
 Handler = Callable[["Job"], Any]
 #: A handler as decorated: @job gives it back unchanged, its type too.
@@ -99,7 +99,7 @@ def job(kind: str, *, timeout: float | None = None,
                          f" got {max_running!r}")
     parsed = None
     if schedule is not None:
-        from .maintenance.scheduler import Schedule
+        from .schedule import Schedule
         parsed = Schedule.parse(kind, schedule)  # a bad one fails at import, naming the kind
 
     def register(handler: H) -> H:
@@ -213,7 +213,9 @@ class Job:
         self.id = id
         self.kind = kind
         self.queue = queue
-        #: The payload, or (from a worker's claim) its JSON text until first read.
+        #: The payload, or (from a worker's claim) its JSON text until first
+        #: read. Any of the handler's threads may read it: both fields are
+        #: written under _PAYLOAD_LOCK, the value before the text is cleared.
         self._payload = payload
         self._payload_json = payload_json
         self.attempt = attempt

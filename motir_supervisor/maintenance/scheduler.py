@@ -1,9 +1,7 @@
 """Periodic jobs: each scheduled instant enqueued once, across every supervisor.
 
 A kind registered with ``@job("kind", schedule=...)`` is enqueued at each
-instant of its schedule: a five-field cron expression (UTC, read by the
-cronsim library) or a number of seconds (the instants are the multiples of it
-since the Unix epoch, so every machine computes the same ones). Every
+instant of its schedule (see :mod:`..schedule`). Every
 supervisor runs a :class:`Scheduler`; which of them enqueues an instant is
 decided by the database, in one statement (``enqueue_scheduled`` in
 queries.sql): the instant advances the kind's row of ``job_queue_schedules``
@@ -14,12 +12,13 @@ and a schedule seen for the first time starts with its next instant.
 
 The scheduler reads the database's clock, not the machine's: a machine whose
 clock runs ahead does not enqueue early. It forks nothing and handles no
-signal; the supervisor calls :meth:`Scheduler.run_when_due` from its loop.
+signal; the one worker of a supervisor that holds the scheduler's token
+(see :class:`SchedulerSeat`) calls :meth:`Scheduler.run_when_due` from its
+loop.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import logging
 import math
@@ -27,75 +26,13 @@ import time
 
 from .. import db
 from ..ipc.tokens import Token
+from ..schedule import UTC, Schedule, instant_text
 
 log = logging.getLogger("motir_supervisor.supervisor")
 
-UTC = datetime.timezone.utc
 #: The scheduler looks at least this often, so that a clock jump, a missed
 #: wake-up or a database outage at an instant costs at most this long.
 LOOK_EVERY_SECONDS = 30.0
-
-
-class ScheduleError(ValueError):
-    """A schedule that cannot be read; the message names the kind."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Schedule:
-    kind: str
-    #: The cron expression, or the interval's seconds as text ("every 30s").
-    spec: str
-    seconds: float | None = None
-
-    @classmethod
-    def parse(cls, kind: str, schedule: str | int | float) -> "Schedule":
-        if isinstance(schedule, bool):
-            raise ScheduleError(f"schedule of {kind!r} must be a cron expression or seconds")
-        if isinstance(schedule, (int, float)):
-            if not 1 <= schedule < math.inf:
-                raise ScheduleError(f"schedule of {kind!r}: an interval is at least 1 second,"
-                                    f" got {schedule!r}")
-            return cls(kind, f"every {schedule!r}s", float(schedule))
-        if not isinstance(schedule, str) or len(schedule.split()) != 5:
-            raise ScheduleError(f"schedule of {kind!r} must be a five-field cron expression"
-                                f" (minute hour day month weekday) or seconds, got {schedule!r}")
-        import cronsim  # here, not at the top: most fleets schedule nothing
-        try:
-            cronsim.CronSim(schedule, datetime.datetime(2000, 1, 1, tzinfo=UTC))
-        except cronsim.CronSimError as exc:
-            raise ScheduleError(f"schedule of {kind!r}: {schedule!r} is not a cron"
-                                f" expression: {exc}") from None
-        return cls(kind, " ".join(schedule.split()))
-
-    @classmethod
-    def from_spec(cls, kind: str, spec: str) -> "Schedule":
-        """The schedule as parse() wrote it in ``spec`` (what the table keeps)."""
-        if spec.startswith("every ") and spec.endswith("s"):
-            return cls(kind, spec, cls.parse(kind, float(spec[len("every "):-1])).seconds)
-        return cls.parse(kind, spec)
-
-    def latest(self, now: datetime.datetime) -> datetime.datetime:
-        """The last instant at or before ``now``."""
-        if self.seconds is not None:
-            epoch = now.timestamp()
-            return datetime.datetime.fromtimestamp(epoch - epoch % self.seconds, UTC)
-        # Backwards from a whole second, cronsim starts before it: from the
-        # next whole second, so that an instant equal to now is found.
-        start = now.replace(microsecond=0) + datetime.timedelta(seconds=1)
-        import cronsim
-        return next(cronsim.CronSim(self.spec, start, reverse=True))
-
-    def following(self, now: datetime.datetime) -> datetime.datetime:
-        """The first instant after ``now``."""
-        if self.seconds is not None:
-            return self.latest(now) + datetime.timedelta(seconds=self.seconds)
-        import cronsim
-        return next(cronsim.CronSim(self.spec, now))
-
-
-def instant_text(instant: datetime.datetime) -> str:
-    """The instant as j.payload["scheduled_for"] has it: ISO 8601, UTC."""
-    return instant.astimezone(UTC).isoformat()
 
 
 class Scheduler:

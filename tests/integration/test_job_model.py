@@ -9,7 +9,8 @@ import psycopg2
 import pytest
 
 from motir_supervisor import db
-from motir_supervisor.maintenance.scheduler import Schedule, Scheduler, instant_text
+from motir_supervisor.maintenance.scheduler import Scheduler
+from motir_supervisor.schedule import Schedule, instant_text
 from tests.helpers import race, state_of
 
 # -- priorities ----------------------------------------------------------------

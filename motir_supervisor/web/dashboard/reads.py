@@ -13,7 +13,7 @@ from typing import Any
 import psycopg2.extras
 
 from ... import db
-from ...maintenance.scheduler import Schedule
+from ...schedule import Schedule
 
 #: Jobs on one page of the jobs list.
 PAGE_SIZE = 50

@@ -1,4 +1,4 @@
-"""maintenance.scheduler: a schedule that cannot be read fails when its kind
+"""schedule: a schedule that cannot be read fails when its kind
 is registered, and schedule instants are UTC and the same on every machine."""
 
 import datetime
@@ -6,7 +6,7 @@ import datetime
 import pytest
 
 from motir_supervisor import registry
-from motir_supervisor.maintenance.scheduler import Schedule, ScheduleError, instant_text
+from motir_supervisor.schedule import Schedule, ScheduleError, instant_text
 from motir_supervisor.registry import job
 
 
