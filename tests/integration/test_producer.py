@@ -28,21 +28,29 @@ def _quick(j):
     return None
 
 
-@pytest.fixture
-def one_slot_producer(database_url):
-    """A worker's own claims, as its main thread makes them, with one slot:
-    a claim for it takes a whole batch (--batch-size 512)."""
-    config = Config(database_url=database_url, concurrency=1, batch_size=512)
+def worker_roles(database_url, claimant, concurrency, batch_size, stop_check=lambda: False):
+    """A producer wired as a worker wires it: its executor, completer,
+    leases and poller, on a store of its own."""
+    config = Config(database_url=database_url, concurrency=concurrency, batch_size=batch_size)
     entries = Ledger(config.ledger_entries)
-    executor = Executor(1, entries, retry_base=1, retry_cap=1, wake=lambda: None,
+    executor = Executor(concurrency, entries, retry_base=1, retry_cap=1, wake=lambda: None,
                         save_checkpoint=lambda *a: True, title=lambda text: None)
     store = db.JobStore(database_url)
     held: dict = {}
     round_trips = RoundTrips()
-    completer = Completer(config, "model:1", 1, store, executor, entries, held, round_trips)
-    leases = Leases(config, "model:1", 1, store, executor, held)
-    producer = Producer(config, "model:1", 1, store, executor, entries, held, completer, leases,
-                        None, round_trips)
+    completer = Completer(config, claimant, 1, store, executor, entries, held, round_trips)
+    leases = Leases(config, claimant, 1, store, executor, held)
+    poller = Poller(config, 1, store, executor, WorkerTitle(1), None, None)
+    producer = Producer(config, claimant, 1, store, executor, entries, held, completer, leases,
+                        poller, round_trips, stop_check=stop_check)
+    return producer, completer, executor
+
+
+@pytest.fixture
+def one_slot_producer(database_url):
+    """A worker's own claims, as its main thread makes them, with one slot:
+    a claim for it takes a whole batch (--batch-size 512)."""
+    producer, completer, _ = worker_roles(database_url, "model:1", 1, 512)
     producer.batch_size = 512
 
     def write_finished() -> None:
@@ -50,7 +58,7 @@ def one_slot_producer(database_url):
         completer.write_finished(now_or_never=True)
     yield producer, write_finished
     signal.setitimer(signal.ITIMER_REAL, 0)  # the lease alarm its claims armed
-    store.close()
+    producer.store.close()
 
 
 @pytest.mark.parametrize("urgent", [True, False])
@@ -112,30 +120,21 @@ def test_an_urgent_job_with_no_backlog_behind_it_leaves_claims_whole(one_slot_pr
 
 @pytest.fixture
 def stoppable_producer(database_url):
-    """A producer of two slots with a poller, whose worker's stop lands
-    during a claim: its stop check sets the flag the claim loop reads."""
-    config = Config(database_url=database_url, concurrency=2, batch_size=100)
-    entries = Ledger(config.ledger_entries)
-    executor = Executor(2, entries, retry_base=1, retry_cap=1, wake=lambda: None,
-                        save_checkpoint=lambda *a: True, title=lambda text: None)
-    store = db.JobStore(database_url)
-    held: dict = {}
-    round_trips = RoundTrips()
-    completer = Completer(config, "stop:1", 1, store, executor, entries, held, round_trips)
-    leases = Leases(config, "stop:1", 1, store, executor, held)
-    poller = Poller(config, 1, store, executor, WorkerTitle(1), None, None)
+    """A producer of two slots whose worker's stop lands during a claim: its
+    stop check sets the flag the claim loop reads."""
     stopped = []
+    executors = []
 
     def stop_lands() -> bool:
         # As the worker's begin_stop does: nothing more starts.
         stopped.append(True)
-        executor.stop_starting()
+        executors[0].stop_starting()
         return True
-    producer = Producer(config, "stop:1", 1, store, executor, entries, held, completer, leases,
-                        poller, round_trips, stop_check=stop_lands)
+    producer, completer, executor = worker_roles(database_url, "stop:1", 2, 100, stop_lands)
+    executors.append(executor)
     yield producer, completer, stopped
     signal.setitimer(signal.ITIMER_REAL, 0)
-    store.close()
+    producer.store.close()
 
 
 def test_a_stop_that_lands_during_a_claim_ends_the_claim_loop(stoppable_producer, sql):
