@@ -50,7 +50,9 @@ log = logging.getLogger("motir_supervisor.worker")
 
 class _Thread:
     """A handler thread's mailbox: the run it was handed while it waited,
-    and ``took``, set once it has taken that run."""
+    and ``took``, set once it has taken that run. ``run`` is written under
+    the executor's lock before ``event`` is set, and read by the handler
+    thread once it is."""
 
     __slots__ = ("run", "event", "took")
 

@@ -13,7 +13,11 @@ class WorkerTitle:
 
     def __init__(self, index: int):
         self.index = index
+        #: Written by the main thread (a recycle), read by any.
         self.prefix = ""
+        #: The title last set, written under _lock. Read without it to skip
+        #: a title already set: a stale read sets a title once more, or
+        #: leaves another thread's, which is as true a second later.
         self._last = ""
         self._lock = threading.Lock()
 
