@@ -59,6 +59,19 @@ def decide(error: BaseException | None, attempt: int, stopping: bool, retry_base
            retry_cap: float) -> Decision:
     if error is None:
         return SUCCESS
+    try:
+        return _decide(error, attempt, stopping, retry_base, retry_cap)
+    except BaseException as broken:  # noqa: BLE001 - a handler's object, whatever it does
+        # Whatever the exception does when it is read, it fails its own run:
+        # a decision that raised would end the thread deciding it.
+        text = storable(f"{_name_of(error)}: the handler's exception could not be read"
+                        f" ({_name_of(broken)})")
+        return Decision(ledger.FAILED, text, retry_delay(attempt, retry_base, retry_cap),
+                        summary=text)
+
+
+def _decide(error: BaseException, attempt: int, stopping: bool, retry_base: float,
+            retry_cap: float) -> Decision:
     if isinstance(error, registry.Snooze):
         return Decision(ledger.SNOOZED, retry_in_seconds=error.seconds,
                         summary=f"due again in {error.seconds:g}s")
@@ -79,8 +92,11 @@ def describe_failure(exc: BaseException) -> str:
     and no lone surrogate (a file name that was not UTF-8), and one bad
     message must not keep a whole batch's outcomes out of the database.
     """
-    head = storable(f"{type(exc).__name__}: {exc}")[: MAX_ERROR_CHARS // 4]
-    frames = storable("".join(traceback.format_tb(exc.__traceback__)))
+    head = storable(headline(exc))[: MAX_ERROR_CHARS // 4]
+    try:
+        frames = storable("".join(traceback.format_tb(exc.__traceback__)))
+    except BaseException as inner:  # noqa: BLE001 - a handler's object, whatever it does
+        frames = f"(its traceback could not be rendered: {_name_of(inner)})\n"
     room = MAX_ERROR_CHARS - len(head) - len("\nTraceback (innermost last):\n")
     if len(frames) > room:
         frames = "..." + frames[-(room - 3):]
@@ -94,7 +110,28 @@ def storable(text: str) -> str:
 def first_line(error: BaseException | None) -> str:
     if error is None:
         return ""
-    return f"{type(error).__name__}: {error}".splitlines()[0]
+    return (headline(error).splitlines() or [""])[0]
+
+
+def headline(exc: BaseException) -> str:
+    """``Type: message``, whatever the exception does when it is rendered: a
+    handler's exception whose ``__str__`` raises (a library's bug, one built
+    with the wrong arguments) is its own job's failure, never its worker's."""
+    try:
+        message = str(exc)
+        if type(message) is not str:  # a __str__ that returns a str of its own kind
+            message = str.__str__(message)
+    except BaseException as inner:  # noqa: BLE001 - a handler's object, whatever it does
+        message = f"(its text could not be rendered: {_name_of(inner)})"
+    return f"{_name_of(exc)}: {message}"
+
+
+def _name_of(exc: BaseException) -> str:
+    try:
+        name = type(exc).__name__
+        return name if type(name) is str else "an exception"
+    except BaseException:  # noqa: BLE001 - a handler's class, whatever it does
+        return "an exception"
 
 
 def outcome_line(job_id: int, kind: str, attempt: int, max_attempts: int, outcome: str,

@@ -103,6 +103,10 @@ def job(kind: str, *, timeout: float | None = None,
         parsed = Schedule.parse(kind, schedule)  # a bad one fails at import, naming the kind
 
     def register(handler: H) -> H:
+        if inspect.isgeneratorfunction(handler) or inspect.isasyncgenfunction(handler):
+            # Calling one runs none of its body: every job would succeed unrun.
+            raise TypeError(f"the handler of job kind {kind!r}, {_qualname(handler)}, is a"
+                            " generator function: a handler returns, it does not yield")
         existing = _registry.get(kind)
         if existing is not None and _qualname(existing.handler) != _qualname(handler):
             raise ValueError(
@@ -117,6 +121,21 @@ def job(kind: str, *, timeout: float | None = None,
 
 def _qualname(handler: Handler) -> str:
     return f"{handler.__module__}.{handler.__qualname__}"
+
+
+def refuse_awaitable(result: object, registration: Registration) -> None:
+    """A plain handler's return value: a coroutine (or another awaitable)
+    means the handler was meant to be ``async def``, and none of its work
+    was done. Fail the run saying so; a coroutine is closed, never left to
+    warn that it was not awaited."""
+    if not inspect.isawaitable(result):
+        return
+    close = getattr(result, "close", None)
+    if inspect.iscoroutine(result) and close is not None:
+        close()
+    raise TypeError(f"the handler of job kind {registration.kind!r},"
+                    f" {_qualname(registration.handler)}, returned {type(result).__name__}"
+                    " without awaiting it: declare the handler `async def` for it to run")
 
 
 def registration_for(kind: str) -> Registration | None:

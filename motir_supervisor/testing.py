@@ -103,7 +103,9 @@ def run_job(kind: str, payload: Any = None, *, attempt: int = 1, max_attempts: i
         if registration.is_async:
             asyncio.run(registration.handler(handle))
         else:
-            registration.handler(handle)
+            result = registration.handler(handle)
+            if result is not None:
+                registry.refuse_awaitable(result, registration)
     except Exception as exc:  # noqa: BLE001 - every failure is the job's outcome
         error = exc
     decision = outcomes.decide(error, attempt, stopping, retry_base_seconds, retry_max_seconds)

@@ -378,7 +378,9 @@ class Executor:
                 raise LookupError(f"no handler registered for job kind {run.claimed.kind!r}"
                                   f" (registered: {known})")
             self._announce(run)
-            run.registration.handler(self._job_handle(run))
+            result = run.registration.handler(self._job_handle(run))
+            if result is not None:
+                registry.refuse_awaitable(result, run.registration)
         except BaseException as exc:  # noqa: BLE001 - every failure is the job's outcome
             return exc
         return None

@@ -71,3 +71,12 @@ def interrupt_anyway(j):
 def limited(j):
     """A kind of the limited lane, claimed by claim_limited_jobs."""
     _note(j)
+
+
+async def _noted(j):
+    _note(j)
+
+
+@job("helper_forgot_async")
+def forgot_async(j):
+    return _noted(j)  # meant to be `async def`: the coroutine is never awaited

@@ -1,9 +1,12 @@
-"""outcomes: the retry delay's growth, jitter and cap, and the failure text
-stored for an exception."""
+"""outcomes: the retry delay's growth, jitter and cap, the failure text
+stored for an exception, and exceptions that cannot be read."""
 
 import random
 
-from motir_supervisor import outcomes
+import pytest
+
+from motir_supervisor import outcomes, registry
+from motir_supervisor.ipc import ledger
 
 
 def test_retry_delay_grows_exponentially_with_jitter_and_a_cap():
@@ -25,3 +28,46 @@ def test_failure_text_names_the_exception_and_is_bounded():
     assert text.startswith("KeyError: ")
     assert len(text) <= outcomes.MAX_ERROR_CHARS
     assert "raise KeyError" in text  # the tail of the traceback survives
+
+
+class _Unprintable(Exception):
+    def __str__(self):
+        raise TypeError("__str__ broke")
+
+
+class _NoName(type):
+    @property
+    def __name__(cls):
+        raise RuntimeError("no name")
+
+
+class _BrokenSnooze(registry.Snooze):
+    @property
+    def seconds(self):
+        raise RuntimeError("no seconds")
+
+    @seconds.setter
+    def seconds(self, value):
+        pass
+
+
+def _raised(exc: BaseException) -> BaseException:
+    try:
+        raise exc
+    except BaseException as caught:
+        return caught
+
+
+@pytest.mark.parametrize("error, says", [
+    (_Unprintable(), "_Unprintable: (its text could not be rendered: TypeError)"),
+    (_NoName("_", (Exception,), {})(), "an exception: "),
+    (_BrokenSnooze(5), "_BrokenSnooze: the handler's exception could not be read"),
+])
+def test_an_exception_that_cannot_be_read_fails_its_run_all_the_same(error, says):
+    """Whatever a handler's exception does when it is read, deciding its run
+    never raises: the attempt fails, saying what could be said."""
+    decision = outcomes.decide(_raised(error), 1, False, 1, 10)
+    assert decision.state == ledger.FAILED
+    assert decision.error.startswith(says), decision.error
+    assert decision.summary.startswith(says)
+    assert decision.retry_in_seconds > 0

@@ -117,3 +117,16 @@ def test_a_supervisor_imports_asyncio_before_its_forks_only_for_an_app_with_asyn
     assert supervisor_imports("plain_jobs") == "False False"
     assert supervisor_imports("plain_jobs", "waiting_jobs") == "True True"
     assert supervisor_imports("no_such_module") == "False False"
+
+
+def test_a_generator_function_is_refused_as_a_handler_naming_its_kind():
+    def yields(j):
+        yield j
+
+    async def yields_async(j):
+        yield j
+
+    for handler in (yields, yields_async):
+        with pytest.raises(TypeError, match="'unit_generator'.*generator function"):
+            registry.job("unit_generator")(handler)
+    assert "unit_generator" not in registry.registered_kinds()

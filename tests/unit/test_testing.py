@@ -78,3 +78,16 @@ def test_the_plugin_fixtures_return_the_functions(motir_run_job, motir_drain):
     assert motir_run_job is testing.run_job
     assert motir_drain is testing.drain
     assert motir_run_job("helper_ok").outcome == "succeeded"
+
+
+def test_a_plain_handler_that_returns_a_coroutine_fails_saying_to_declare_it_async():
+    import warnings
+    outcome = testing.run_job("helper_forgot_async", {})
+    assert outcome.outcome == "retry"
+    assert "declare the handler `async def`" in outcome.error
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import gc
+        gc.collect()
+    assert not [w for w in caught if "never awaited" in str(w.message)]
+    assert app.RUNS == []  # the coroutine's body never ran

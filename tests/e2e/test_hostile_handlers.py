@@ -1,0 +1,62 @@
+"""Whatever a handler does, it costs only its own job: a misbehaving job
+runs in a worker with `--concurrency 8` beside bystander jobs, and the test
+asserts the misbehaving job's outcome and last_error, that every bystander
+succeeded on its first attempt, and that one worker process ran them all.
+
+Real supervisors against PostgreSQL; the handlers are tests/apps/hostile.py's
+and tests/apps/sample.py's.
+"""
+
+import pytest
+
+from tests.helpers import enqueue, state_of, wait_until
+
+HOSTILE_APP = ("--app", "tests.apps.hostile")
+
+#: (kind, what its last_error must say)
+MISBEHAVIOURS = [
+    # An exception whose __str__ and __repr__ raise.
+    ("hostile_unprintable", ["Unprintable", "could not be rendered"]),
+    # A plain handler that returns a coroutine: its body never ran.
+    ("hostile_forgot_async", ["returned coroutine without awaiting it", "async def"]),
+]
+
+
+@pytest.mark.parametrize("kind, says", MISBEHAVIOURS, ids=[m[0] for m in MISBEHAVIOURS])
+def test_a_misbehaving_handler_costs_only_its_own_job(executions, start_supervisor, kind, says):
+    supervisor = start_supervisor("--workers", "1", "--concurrency", "8", *HOSTILE_APP)
+    bystanders = enqueue(executions, "record", '{"sleep": 0.5}', count=6)
+    wait_until(lambda: executions.value("SELECT count(*) FROM test_executions") == 6, 10)
+    [hostile] = enqueue(executions, kind, max_attempts=1)
+    wait_until(lambda: state_of(executions, hostile) == "failed", 10)
+    error = executions.value("SELECT last_error FROM job_queue WHERE id = %s", (hostile,))
+    assert all(words in error for words in says), error
+    wait_until(lambda: all(state_of(executions, j) == "succeeded" for j in bystanders), 10)
+    attempts = executions.rows("SELECT attempts FROM job_queue WHERE id = ANY(%s)", (bystanders,))
+    assert {a for (a,) in attempts} == {1}
+    # One process ran every job, and is still the supervisor's worker.
+    pids = {pid for (pid,) in executions.rows("SELECT pid FROM test_executions")}
+    assert len(pids) == 1 and pids == set(supervisor.worker_pids()), (pids, supervisor.output())
+    assert "exited with code" not in supervisor.output()
+
+
+def test_a_coroutine_a_plain_handler_returned_is_closed(executions, start_supervisor):
+    """Closed, not left for the garbage collector to warn about: the worker's
+    log says nothing of a coroutine never awaited."""
+    supervisor = start_supervisor("--workers", "1", "--concurrency", "1", *HOSTILE_APP)
+    [job_id] = enqueue(executions, "hostile_forgot_async", max_attempts=1)
+    wait_until(lambda: state_of(executions, job_id) == "failed", 10)
+    # The next job of the one slot starts after the coroutine was let go.
+    [after] = enqueue(executions, "record")
+    wait_until(lambda: state_of(executions, after) == "succeeded", 10)
+    wait_until(lambda: f"job {after} record" in supervisor.output(), 10)
+    assert "never awaited" not in supervisor.output()
+
+
+def test_a_generator_handler_is_refused_when_its_app_is_imported(start_supervisor):
+    supervisor = start_supervisor("--app", "tests.apps.generator_handler")
+    assert supervisor.wait(15) != 0
+    lines = [line for line in supervisor.output().splitlines()
+             if "tests.apps.generator_handler" in line]
+    assert lines and "'yields_by_mistake'" in lines[0] and "generator function" in lines[0]
+    assert "Traceback" not in supervisor.output()
