@@ -11,10 +11,10 @@ everything else it wrote::
         enqueue(conn, "rebuild_report", {"report": 7}, unique_key="report:7")
 
 This module checks the arguments and turns them into :class:`db.NewJob`
-values; db.py runs the statements. It never commits, rolls back or changes
-``autocommit``, and holds no SQL. On a connection in autocommit, each call is
-its own transaction (and the retries of a taken unique key, see
-:func:`db.enqueue_jobs`, are transactions of their own).
+values; the db package runs the statements. It never commits, rolls back
+or changes ``autocommit``, and holds no SQL. On a connection in
+autocommit, each call is its own transaction (and the retries of a taken
+unique key, see :func:`db.enqueue_jobs`, are transactions of their own).
 
 The wake-up trigger notifies the workers when the transaction commits; a
 rolled-back one wakes nobody. A unique key held by a job that another

@@ -71,10 +71,10 @@ class Config:
     #: it can run in a tenth of a second (see batching.FAST_BATCH_SECONDS), so
     #: short jobs share round trips and long ones do not wait behind each other.
     #: For jobs that take no time this cap is what bounds a claim, and each
-    #: claim costs the database a transaction of its own beside its rows: 1000
-    #: benches a little ahead of 512, and 2000 no better than 1000.
-    #: The price: an urgent job that comes while a top-up of up to 1000 rows
-    #: is in flight waits for it (see batching.URGENT_WATCH_SECONDS).
+    #: claim costs the database a transaction of its own beside its rows, so
+    #: the cap is as large as still pays. The price: an urgent job that comes
+    #: while a top-up of up to 1000 rows is in flight waits for it (see
+    #: batching.URGENT_WATCH_SECONDS).
     batch_size: int = 1000
     #: Succeeded and cancelled rows older than this are deleted; 0 keeps them.
     retention_hours: float = 168.0

@@ -2,7 +2,7 @@
 ``sql/queries.sql`` and ``sql/dashboard.sql`` (the dashboard's reads), the
 prepared form of the hot ones, and the migrations.
 
-Nothing here connects; :mod:`db` and :mod:`enqueueing` run these statements.
+Nothing here connects; :mod:`.store` and :mod:`.enqueueing` run these statements.
 """
 
 from __future__ import annotations

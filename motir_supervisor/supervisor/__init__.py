@@ -5,6 +5,7 @@
 - :mod:`.forking` — a fork that hands the child nothing it must not have.
 - :mod:`.rescuer` — a dead worker's jobs, read from its ledger: outcomes
   written, claims released.
+- :mod:`.metrics_server` — the process that serves ``--metrics-port``.
 
 It runs no job. Its periodic database work is :mod:`..maintenance.reaper`.
 """

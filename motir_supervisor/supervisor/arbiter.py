@@ -240,6 +240,8 @@ class Supervisor:
         self.signal_workers(signal.SIGTERM)
 
     def abort_drain(self, why: str) -> None:
+        if not self.stopping:  # a SIGQUIT with no drain before it
+            self.stop_started = time.monotonic()
         self.stopping = True
         self.stop_deadline = min(self.stop_deadline, time.monotonic() + ABORT_GRACE_SECONDS)
         log.info("%s: releasing unfinished jobs now", why)

@@ -5,19 +5,68 @@ only ``def`` handlers keeps no loop (nor imports asyncio, which a fleet of
 plain handlers would otherwise wait for before its first job).
 
 The executor starts each async run here and is told when it ends; a kind's
-``timeout`` cancels the run's task.
+``timeout`` cancels the run's task. A handler that blocks the loop (a
+``time.sleep``, a synchronous client, a long computation) cannot be
+cancelled, and stalls every other async job of its worker meanwhile: each
+step of a handler is timed, a step over SLOW_STEP_SECONDS is logged with
+the job's kind and id, and a run that ends past its timeout fails as a
+timeout whether or not it could be cancelled.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from typing import TYPE_CHECKING, Any, Callable
+import time
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Generator
 
 from .. import registry
 from .claims import Run
 
 if TYPE_CHECKING:
     import asyncio
+
+log = logging.getLogger("motir_supervisor.worker")
+
+#: A handler that holds the loop this long in one step, without awaiting,
+#: is logged: every other async job of its worker waited that long. The
+#: threshold asyncio's debug mode uses for slow callbacks.
+SLOW_STEP_SECONDS = 0.1
+
+
+class _Stepped:
+    """Awaits a handler's coroutine one step at a time and times each step:
+    how long the handler held the loop before it next awaited something.
+    Only the loop's thread touches it."""
+
+    __slots__ = ("coro", "longest")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any]):
+        self.coro = coro
+        #: The longest step so far, in seconds.
+        self.longest = 0.0
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro = self.coro
+        value: Any = None
+        thrown: BaseException | None = None
+        while True:
+            started = time.perf_counter()
+            try:
+                yielded = coro.send(value) if thrown is None else coro.throw(thrown)
+            except StopIteration as done:
+                return done.value
+            finally:
+                held = time.perf_counter() - started
+                if held > self.longest:
+                    self.longest = held
+            try:
+                value, thrown = (yield yielded), None
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # noqa: BLE001 - a cancellation, passed on
+                value, thrown = None, exc
 
 
 class EventLoop:
@@ -59,15 +108,28 @@ class EventLoop:
         registration = run.registration
         assert registration is not None  # only a registered kind is async
         timeout = registration.timeout
+        stepped = None
+        limit = None
         try:
             self._announce(run)
+            stepped = _Stepped(registration.handler(self._job_handle(run)))
             async with asyncio.timeout(timeout) as limit:
-                await registration.handler(self._job_handle(run))
-        except TimeoutError as exc:
+                await stepped
+        except BaseException as exc:  # noqa: BLE001 - every failure is the job's outcome
             error = exc
+        held = 0.0 if stepped is None else stepped.longest
+        if held > SLOW_STEP_SECONDS:
+            log.warning("job %d %s held the event loop for %.3fs without awaiting; every other"
+                        " async job of this worker waited meanwhile", run.claimed.id,
+                        run.claimed.kind, held)
+        if timeout is not None and limit is not None:
             if limit.expired():
                 error = TimeoutError(f"ran past the timeout of its kind ({timeout:g}s);"
                                      " its task was cancelled")
-        except BaseException as exc:  # noqa: BLE001 - every failure is the job's outcome
-            error = exc
+            elif run.started is not None and time.monotonic() - run.started > timeout:
+                # It blocked the loop past its deadline: no cancellation could
+                # reach it, and whatever it did after its time does not count.
+                error = TimeoutError(f"ran past the timeout of its kind ({timeout:g}s): it"
+                                     f" held the event loop for {held:.3f}s without awaiting,"
+                                     " so it could not be cancelled")
         self._finish(run, error, None)

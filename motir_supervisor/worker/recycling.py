@@ -4,7 +4,7 @@ has grown past a size (``--max-jobs-per-worker``, ``--max-worker-memory``).
 Handlers that leak (a cache that only grows, a library holding on to every
 response, fragmentation of a long-lived heap) are the usual reason; a
 fresh process gives the memory back. This module only decides: the worker
-(see :meth:`worker.Worker.begin_recycling`) stops claiming, runs what it
+(see :meth:`.process.Worker.begin_recycling`) stops claiming, runs what it
 holds and exits, and the supervisor starts its replacement. It reads no
 database, forks nothing and handles no signal.
 """
@@ -72,7 +72,7 @@ class Recycling:
 
     @property
     def claim_budget(self) -> int:
-        """How many jobs the worker may claim in its life (see Holdings.claims_left)."""
+        """How many jobs the worker may claim in its life (see producer.Producer.claims_left)."""
         return self.job_limit or sys.maxsize
 
     def warning_at_boot(self) -> str | None:

@@ -3,6 +3,7 @@ records its start in test_executions (see tests/apps/sample.py, whose
 bystander kinds run beside them), so a test can tell which process ran it."""
 
 import asyncio
+import time
 
 from motir_supervisor import job
 from tests.apps.sample import _record_start
@@ -32,3 +33,15 @@ async def _work():
 def forgot_async(j):
     _record_start(j)
     return _work()  # meant to be `async def`: the coroutine is never awaited
+
+
+@job("hostile_blocks_the_loop", timeout=1)
+async def blocks_the_loop(j):
+    _record_start(j)
+    time.sleep(2)  # a synchronous call in an async handler: no cancellation reaches it
+
+
+@job("hostile_slow_step")
+async def slow_step(j):
+    _record_start(j)
+    time.sleep(0.3)

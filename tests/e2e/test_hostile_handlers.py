@@ -13,19 +13,25 @@ from tests.helpers import enqueue, state_of, wait_until
 
 HOSTILE_APP = ("--app", "tests.apps.hostile")
 
-#: (kind, what its last_error must say)
+#: (kind, the bystanders' kind, what its last_error must say)
 MISBEHAVIOURS = [
     # An exception whose __str__ and __repr__ raise.
-    ("hostile_unprintable", ["Unprintable", "could not be rendered"]),
+    ("hostile_unprintable", "record", ["Unprintable", "could not be rendered"]),
     # A plain handler that returns a coroutine: its body never ran.
-    ("hostile_forgot_async", ["returned coroutine without awaiting it", "async def"]),
+    ("hostile_forgot_async", "record", ["returned coroutine without awaiting it", "async def"]),
+    # An async handler that blocks the loop past its timeout: the async
+    # bystanders wait for it, then finish.
+    ("hostile_blocks_the_loop", "async_record",
+     ["TimeoutError", "timeout of its kind (1s)", "held the event loop for 2.", "could not be"]),
 ]
 
 
-@pytest.mark.parametrize("kind, says", MISBEHAVIOURS, ids=[m[0] for m in MISBEHAVIOURS])
-def test_a_misbehaving_handler_costs_only_its_own_job(executions, start_supervisor, kind, says):
+@pytest.mark.parametrize("kind, bystander, says", MISBEHAVIOURS,
+                         ids=[m[0] for m in MISBEHAVIOURS])
+def test_a_misbehaving_handler_costs_only_its_own_job(executions, start_supervisor, kind,
+                                                      bystander, says):
     supervisor = start_supervisor("--workers", "1", "--concurrency", "8", *HOSTILE_APP)
-    bystanders = enqueue(executions, "record", '{"sleep": 0.5}', count=6)
+    bystanders = enqueue(executions, bystander, '{"sleep": 0.5}', count=6)
     wait_until(lambda: executions.value("SELECT count(*) FROM test_executions") == 6, 10)
     [hostile] = enqueue(executions, kind, max_attempts=1)
     wait_until(lambda: state_of(executions, hostile) == "failed", 10)
@@ -60,3 +66,15 @@ def test_a_generator_handler_is_refused_when_its_app_is_imported(start_superviso
              if "tests.apps.generator_handler" in line]
     assert lines and "'yields_by_mistake'" in lines[0] and "generator function" in lines[0]
     assert "Traceback" not in supervisor.output()
+
+
+def test_an_async_handler_that_holds_the_loop_is_logged_with_its_kind_and_id(
+        executions, start_supervisor):
+    supervisor = start_supervisor("--workers", "1", *HOSTILE_APP)
+    [slow] = enqueue(executions, "hostile_slow_step")
+    [quick] = enqueue(executions, "async_record")
+    wait_until(lambda: all(state_of(executions, j) == "succeeded" for j in (slow, quick)), 10)
+    line = wait_until(lambda: next((line for line in supervisor.output().splitlines()
+                                    if "held the event loop" in line), None), 5)
+    assert f"job {slow} hostile_slow_step held the event loop for 0.3" in line
+    assert f"job {quick} " not in line

@@ -186,6 +186,20 @@ def test_a_second_signal_releases_at_once(executions, start_supervisor):
     assert state_of(executions, job_id) == "pending"
 
 
+def test_sigquit_alone_gives_back_at_once_and_reports_its_drain(executions, start_supervisor):
+    supervisor = start_supervisor("--workers", "1", "--drain-seconds", "60")
+    [done] = enqueue(executions, "record", '{"sleep": 1}')
+    wait_until(lambda: state_of(executions, done) == "succeeded", 10)  # up for over a second
+    [job_id] = enqueue(executions, "record", '{"sleep": 30}')
+    wait_until(lambda: running_job(executions, job_id), 10)
+    supervisor.signal(signal.SIGQUIT)
+    assert supervisor.wait(10) == 0
+    assert state_of(executions, job_id) == "pending"
+    [line] = [line for line in supervisor.output().splitlines() if "drain finished in" in line]
+    seconds = float(line.split("drain finished in ")[1].rstrip("s"))
+    assert seconds < 1.0, line  # the drain's length, not the supervisor's age
+
+
 def test_workers_stop_when_their_supervisor_is_killed(executions, start_supervisor):
     supervisor = start_supervisor("--workers", "2", "--drain-seconds", "5")
     [job_id] = enqueue(executions, "record", '{"sleep": 1}')

@@ -11,7 +11,7 @@ import pytest
 from motir_supervisor import db, registry
 from motir_supervisor.config import Config
 from motir_supervisor.ipc.ledger import Ledger
-from motir_supervisor.worker import batching as sizing
+from motir_supervisor.worker import batching
 from motir_supervisor.worker.batching import RoundTrips
 from motir_supervisor.worker.claims import Claim
 from motir_supervisor.worker.completer import Completer
@@ -83,7 +83,7 @@ def test_a_job_claimed_ahead_of_a_backlog_keeps_the_next_claims_short(one_slot_p
     write_finished()
     # After a job that came ahead of the backlog, more may follow: short
     # claims. Otherwise whole batches, as before.
-    size = sizing.URGENT_CLAIM_ROWS if urgent else 512
+    size = batching.URGENT_CLAIM_ROWS if urgent else 512
     assert claim_and_run() == size
     # A short claim is recorded at its own size: the batch size grows
     # from what its few jobs took, not from what 512 would have.

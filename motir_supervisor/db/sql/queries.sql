@@ -49,8 +49,8 @@ SET jit = off;
 -- look starts right after that row: in its priority, from its (run_at, id)
 -- on, a range of job_queue_claim; then in each greater priority, from the
 -- start. Walking instead from the start of the lane past the rows just
--- claimed (which this statement's snapshot still sees pending) read every
--- one of them a second time: a twelfth of the server's CPU for each job.
+-- claimed (which this statement's snapshot still sees pending) would read
+-- every one of them a second time.
 WITH priorities AS (
     SELECT priority FROM job_queue_priorities
 ), claimed AS (
@@ -201,12 +201,12 @@ SELECT pg_advisory_xact_lock(hashtext('motir_supervisor.limited_claims'));
 --
 -- The lock could not be taken inside this statement: its snapshot would be
 -- older than the lock, and would miss a claim committed while it waited
--- (tests/test_limits.py keeps that variant as a negative control, and it
--- overshoots).
+-- (tests/integration/test_limits.py and tests/e2e/test_limits.py keep that
+-- variant as a negative control, and it overshoots).
 --
 -- The lock serialises only the limited claims, each well under a
 -- millisecond; workers run one only when a limited job may be due (see
--- worker.py), and only for the slots they have free, so a limited job never
+-- Producer.claim_while_room in worker/producer.py), and only for the slots they have free, so a limited job never
 -- holds a slot of its kind while it waits in a worker's reserve.
 --
 -- Each kind's pending rows are walked one priority at a time, as the

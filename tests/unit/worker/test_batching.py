@@ -4,11 +4,11 @@ runs."""
 
 import pytest
 
-from motir_supervisor.worker import batching as sizing
+from motir_supervisor.worker import batching
 
 
 def test_batches_grow_with_the_room_left_and_shrink_after_a_slow_one():
-    nbs = sizing.next_batch_size
+    nbs = batching.next_batch_size
     assert nbs(1, 1, 1, 0.0, 512) == 8  # no time at all: the most growth
     assert nbs(64, 64, 64, 0.001, 512) == 512  # capped by --batch-size
     assert nbs(10, 10, 10, 0.05, 512) == 20  # half the target: doubles
@@ -23,7 +23,7 @@ def test_batches_grow_with_the_room_left_and_shrink_after_a_slow_one():
 
 
 def test_the_reserve_covers_the_round_trips_of_runs_that_end_often():
-    rs = sizing.reserve_size
+    rs = batching.reserve_size
     # No-ops: what 10 ms of starts need, up to the claims' size.
     assert rs(8, 0.00002, 512, 0.0, 0.004) == 512
     assert rs(8, 0.00002, 1, 0.0, 0.004) == 1  # after the queue ran dry
@@ -46,7 +46,7 @@ def test_the_reserve_covers_the_round_trips_of_runs_that_end_often():
 
 
 def test_a_round_trip_stuck_behind_a_lock_counts_for_little():
-    nrt = sizing.next_round_trip
+    nrt = batching.next_round_trip
     assert nrt(0.005, 0.005) == pytest.approx(0.005)
     assert nrt(0.005, 0.010) == pytest.approx(0.006)
     # Four seconds behind a lock count as 50 ms.
@@ -59,10 +59,10 @@ def test_a_round_trip_stuck_behind_a_lock_counts_for_little():
 
 
 def test_turnover_counts_the_runs_that_ended_within_its_window():
-    turnover = sizing.Turnover()
+    turnover = batching.Turnover()
     assert turnover.per_second(100.0) == 0
     turnover.add(100.0, 30)
     turnover.add(100.5, 10)
-    assert turnover.per_second(100.6) == 40 / sizing.TURNOVER_WINDOW_SECONDS
-    assert turnover.per_second(101.2) == 10 / sizing.TURNOVER_WINDOW_SECONDS
+    assert turnover.per_second(100.6) == 40 / batching.TURNOVER_WINDOW_SECONDS
+    assert turnover.per_second(101.2) == 10 / batching.TURNOVER_WINDOW_SECONDS
     assert turnover.per_second(102.0) == 0
