@@ -64,3 +64,23 @@ def read_ready(fd: int) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+#: True in a process that a handler forked from its worker (see
+#: watch_for_handler_forks); False in the worker itself.
+forked_by_handler = False
+
+
+def watch_for_handler_forks() -> None:
+    """In a worker, before any handler runs. A process a handler forks and
+    lets return from the handler must end there: its ledger, its database
+    connection and its claims are the worker's, and it would act as a
+    second copy of the worker. The executor ends such a process where a run
+    returns (a child that execs or exits on its own, as subprocess and
+    multiprocessing do, never gets there)."""
+    os.register_at_fork(after_in_child=_forked)
+
+
+def _forked() -> None:
+    global forked_by_handler
+    forked_by_handler = True

@@ -16,11 +16,13 @@ timeout whether or not it could be cancelled.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Coroutine, Generator
 
 from .. import registry
+from ..ipc import lifecycle
 from .claims import Run
 
 if TYPE_CHECKING:
@@ -57,6 +59,8 @@ class _Stepped:
             except StopIteration as done:
                 return done.value
             finally:
+                if lifecycle.forked_by_handler:
+                    os._exit(0)  # a copy a handler forked: see watch_for_handler_forks
                 held = time.perf_counter() - started
                 if held > self.longest:
                     self.longest = held

@@ -24,8 +24,8 @@ import threading
 import time
 from typing import Any, Callable
 
-from ..ipc import ledger
 from .. import outcomes, registry
+from ..ipc import ledger, lifecycle
 from .claims import Run
 from .event_loop import EventLoop
 
@@ -364,7 +364,10 @@ class Executor:
                         thread.event.wait()
                         run = thread.run
                     thread.took.set()
-                run = self._finish(run, self._call(run), thread)
+                error = self._call(run)
+                if lifecycle.forked_by_handler:
+                    os._exit(0)  # a copy a handler forked: see watch_for_handler_forks
+                run = self._finish(run, error, thread)
         except BaseException:  # noqa: BLE001 - a bug of ours, not a handler's failure
             # Without this thread its run would never end: end the process,
             # and the supervisor gives back what it held and starts a new one.

@@ -30,7 +30,8 @@ from .. import db, metrics, registry
 from ..config import Config
 from ..ipc.ledger import Ledger
 from ..ipc.lifecycle import (EXIT_BOOT_FAILURE, EXIT_OK, EXIT_RECYCLED, EXIT_TIMEOUT,
-                             HANDLED_SIGNALS, ExitNow, report_ready, set_parent_death_signal)
+                             HANDLED_SIGNALS, ExitNow, report_ready, set_parent_death_signal,
+                             watch_for_handler_forks)
 from ..ipc.tokens import Kicks, Token
 from ..logs import flush_logs
 from ..maintenance.limits import LimitsSync
@@ -114,6 +115,7 @@ class Worker:
         until this process's own handlers are installed, so none is lost.
         """
         self._install_signals()
+        watch_for_handler_forks()
         signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED_SIGNALS)
         set_parent_death_signal(signal.SIGTERM)
         self.title("booting")

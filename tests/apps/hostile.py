@@ -3,6 +3,8 @@ records its start in test_executions (see tests/apps/sample.py, whose
 bystander kinds run beside them), so a test can tell which process ran it."""
 
 import asyncio
+import os
+import signal
 import time
 
 from motir_supervisor import job
@@ -45,3 +47,52 @@ async def blocks_the_loop(j):
 async def slow_step(j):
     _record_start(j)
     time.sleep(0.3)
+
+
+@job("hostile_forks")
+def forks(j):
+    """Forks, and both processes return from the handler: the child must
+    never act as the worker (its ledger and connection are the worker's)."""
+    _record_start(j)
+    child = os.fork()
+    if child and j.payload.get("pid_file"):
+        with open(j.payload["pid_file"], "w") as file:
+            file.write(str(child))
+
+
+@job("hostile_chdir")
+def changes_directory(j):
+    _record_start(j)
+    os.chdir("/")
+
+
+@job("hostile_signal")
+def changes_a_signal(j):
+    _record_start(j)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only the main thread may
+
+
+@job("hostile_recursion")
+def recurses(j):
+    _record_start(j)
+
+    def down(n):
+        return down(n + 1) + 1
+    down(0)
+
+
+class _BadFinalizer:
+    def __del__(self):
+        raise RuntimeError("__del__ broke")
+
+
+@job("hostile_del")
+def raises_in_del(j):
+    _record_start(j)
+    _BadFinalizer()
+
+
+@job("hostile_forks_async")
+async def forks_async(j):
+    forks(j)
+    await asyncio.sleep(0)

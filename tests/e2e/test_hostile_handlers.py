@@ -7,36 +7,51 @@ Real supervisors against PostgreSQL; the handlers are tests/apps/hostile.py's
 and tests/apps/sample.py's.
 """
 
+import json
+from pathlib import Path
+
 import pytest
 
 from tests.helpers import enqueue, state_of, wait_until
 
 HOSTILE_APP = ("--app", "tests.apps.hostile")
 
-#: (kind, the bystanders' kind, what its last_error must say)
+#: (kind, the bystanders' kind, the state it ends in, what its last_error must say)
 MISBEHAVIOURS = [
     # An exception whose __str__ and __repr__ raise.
-    ("hostile_unprintable", "record", ["Unprintable", "could not be rendered"]),
+    ("hostile_unprintable", "record", "failed", ["Unprintable", "could not be rendered"]),
     # A plain handler that returns a coroutine: its body never ran.
-    ("hostile_forgot_async", "record", ["returned coroutine without awaiting it", "async def"]),
+    ("hostile_forgot_async", "record", "failed",
+     ["returned coroutine without awaiting it", "async def"]),
     # An async handler that blocks the loop past its timeout: the async
     # bystanders wait for it, then finish.
-    ("hostile_blocks_the_loop", "async_record",
+    ("hostile_blocks_the_loop", "async_record", "failed",
      ["TimeoutError", "timeout of its kind (1s)", "held the event loop for 2.", "could not be"]),
+    # Forks, and the child returns from the handler too: the child ends
+    # there, and the worker writes the one success.
+    ("hostile_forks", "record", "succeeded", []),
+    # Changes the process's working directory.
+    ("hostile_chdir", "record", "succeeded", []),
+    # Tries to change a signal's disposition: only the main thread may.
+    ("hostile_signal", "record", "failed", ["ValueError", "main thread"]),
+    # Recurses without end.
+    ("hostile_recursion", "record", "failed", ["RecursionError"]),
+    # Leaves an object whose finalizer raises.
+    ("hostile_del", "record", "succeeded", []),
 ]
 
 
-@pytest.mark.parametrize("kind, bystander, says", MISBEHAVIOURS,
+@pytest.mark.parametrize("kind, bystander, ends, says", MISBEHAVIOURS,
                          ids=[m[0] for m in MISBEHAVIOURS])
 def test_a_misbehaving_handler_costs_only_its_own_job(executions, start_supervisor, kind,
-                                                      bystander, says):
+                                                      bystander, ends, says):
     supervisor = start_supervisor("--workers", "1", "--concurrency", "8", *HOSTILE_APP)
     bystanders = enqueue(executions, bystander, '{"sleep": 0.5}', count=6)
     wait_until(lambda: executions.value("SELECT count(*) FROM test_executions") == 6, 10)
     [hostile] = enqueue(executions, kind, max_attempts=1)
-    wait_until(lambda: state_of(executions, hostile) == "failed", 10)
+    wait_until(lambda: state_of(executions, hostile) == ends, 10)
     error = executions.value("SELECT last_error FROM job_queue WHERE id = %s", (hostile,))
-    assert all(words in error for words in says), error
+    assert all(words in (error or "") for words in says), error
     wait_until(lambda: all(state_of(executions, j) == "succeeded" for j in bystanders), 10)
     attempts = executions.rows("SELECT attempts FROM job_queue WHERE id = ANY(%s)", (bystanders,))
     assert {a for (a,) in attempts} == {1}
@@ -78,3 +93,29 @@ def test_an_async_handler_that_holds_the_loop_is_logged_with_its_kind_and_id(
                                     if "held the event loop" in line), None), 5)
     assert f"job {slow} hostile_slow_step held the event loop for 0.3" in line
     assert f"job {quick} " not in line
+
+
+def _gone(pid: int) -> bool:
+    """Exited: reaped, or a zombie waiting for its parent."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+@pytest.mark.parametrize("kind", ["hostile_forks", "hostile_forks_async"])
+def test_a_process_a_handler_forks_ends_where_it_returns_from_the_handler(
+        executions, start_supervisor, tmp_path, kind):
+    """Its ledger, connection and claims are the worker's: a second copy of
+    the worker must not live on, nor run anything."""
+    start_supervisor("--workers", "1", "--concurrency", "8", *HOSTILE_APP)
+    pid_file = tmp_path / "child"
+    [job_id] = enqueue(executions, kind, json.dumps({"pid_file": str(pid_file)}),
+                       max_attempts=1)
+    wait_until(lambda: state_of(executions, job_id) == "succeeded", 10)
+    child = int(wait_until(lambda: pid_file.exists() and pid_file.read_text(), 5))
+    wait_until(lambda: _gone(child), 5, message=f"the forked process {child} to end")
+    later = enqueue(executions, "record", count=8)
+    wait_until(lambda: all(state_of(executions, j) == "succeeded" for j in later), 10)
+    assert executions.value("SELECT count(*) FROM test_executions WHERE job_id = %s",
+                            (job_id,)) == 1
