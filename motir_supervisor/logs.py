@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from typing import Callable, TextIO
 
@@ -68,11 +69,15 @@ class BatchedStreamHandler(logging.StreamHandler):
     def __init__(self) -> None:
         stream: TextIO
         try:
-            stream = open(sys.stderr.fileno(), "w", buffering=1 << 16, encoding="utf-8",
-                          errors="backslashreplace", closefd=False)
+            stream = self.stream_on(sys.stderr.fileno(), closefd=False)
         except (AttributeError, OSError, ValueError):  # stderr is no file (a test runner's)
             stream = sys.stderr
         super().__init__(stream)
+
+    @staticmethod
+    def stream_on(fd: int, closefd: bool) -> TextIO:
+        return open(fd, "w", buffering=1 << 16, encoding="utf-8", errors="backslashreplace",
+                    closefd=closefd)
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -95,6 +100,41 @@ def configure_logging(level: str, log_format: str, batched: bool) -> None:
     logging._srcfile = None
     logging.logThreads = False
     logging.logMultiprocessing = False
+
+
+def keep_off_standard_fds() -> None:
+    """In a worker, before any handler runs: its log, ``sys.stdout`` and
+    ``sys.stderr`` move to private duplicates of file descriptors 1 and 2.
+
+    A handler may close fd 1 or 2 (a daemonising library, a careless
+    cleanup), and the next socket or file opened then takes that number: a
+    log line written to fd 2 would land in, say, a database connection. The
+    duplicates are the same open files, so every line still goes where the
+    worker's output went.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        try:
+            private = os.dup(fd)
+        except OSError:  # not open: nothing to keep apart
+            continue
+        old = getattr(sys, name)
+        line_buffering = getattr(old, "line_buffering", False)
+        setattr(sys, name, open(private, "w", buffering=1 if line_buffering else -1,
+                                encoding=getattr(old, "encoding", None) or "utf-8",
+                                errors=getattr(old, "errors", None) or "backslashreplace"))
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, BatchedStreamHandler) and handler.stream is not sys.stderr:
+            handler.flush()
+            try:
+                handler.setStream(BatchedStreamHandler.stream_on(os.dup(2), closefd=True))
+            except OSError:
+                pass
+        elif isinstance(handler, logging.StreamHandler) and handler.stream in (
+                sys.__stderr__, sys.__stdout__):
+            handler.flush()
+            handler.setStream(sys.stderr if handler.stream is sys.__stderr__ else sys.stdout)
 
 
 def flush_logs() -> None:

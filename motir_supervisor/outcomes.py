@@ -92,7 +92,7 @@ def describe_failure(exc: BaseException) -> str:
     and no lone surrogate (a file name that was not UTF-8), and one bad
     message must not keep a whole batch's outcomes out of the database.
     """
-    head = storable(headline(exc))[: MAX_ERROR_CHARS // 4]
+    head = storable(headline(exc)[: MAX_ERROR_CHARS // 4])[: MAX_ERROR_CHARS // 4]
     try:
         frames = storable("".join(traceback.format_tb(exc.__traceback__)))
     except BaseException as inner:  # noqa: BLE001 - a handler's object, whatever it does
@@ -108,9 +108,12 @@ def storable(text: str) -> str:
 
 
 def first_line(error: BaseException | None) -> str:
+    """The log's word on a failure: the first line of its headline, cut as
+    the stored error's head is."""
     if error is None:
         return ""
-    return (headline(error).splitlines() or [""])[0]
+    line = headline(error)[: MAX_ERROR_CHARS // 4]
+    return (line.splitlines() or [""])[0]
 
 
 def headline(exc: BaseException) -> str:

@@ -33,7 +33,7 @@ from ..ipc.lifecycle import (EXIT_BOOT_FAILURE, EXIT_OK, EXIT_RECYCLED, EXIT_TIM
                              HANDLED_SIGNALS, ExitNow, report_ready, set_parent_death_signal,
                              watch_for_handler_forks)
 from ..ipc.tokens import Kicks, Token
-from ..logs import flush_logs
+from ..logs import flush_logs, keep_off_standard_fds
 from ..maintenance.limits import LimitsSync
 from ..maintenance.scheduler import SchedulerSeat
 from .batching import RoundTrips
@@ -116,6 +116,7 @@ class Worker:
         """
         self._install_signals()
         watch_for_handler_forks()
+        keep_off_standard_fds()
         signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED_SIGNALS)
         set_parent_death_signal(signal.SIGTERM)
         self.title("booting")

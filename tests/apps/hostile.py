@@ -7,6 +7,8 @@ import os
 import signal
 import time
 
+import psycopg2
+
 from motir_supervisor import job
 from tests.apps.sample import _record_start
 
@@ -96,3 +98,25 @@ def raises_in_del(j):
 async def forks_async(j):
     forks(j)
     await asyncio.sleep(0)
+
+
+@job("hostile_closes_stdio")
+def closes_stdio(j):
+    """Closes fds 1 and 2, then opens connections, which take those numbers."""
+    _record_start(j)
+    os.close(1)
+    os.close(2)
+    taken = [psycopg2.connect(os.environ["DATABASE_URL"]) for _ in range(2)]
+    assert sorted(conn.fileno() for conn in taken) == [1, 2], [c.fileno() for c in taken]
+    _TAKEN.extend(taken)  # kept open: whatever writes to fd 1 or 2 now writes to them
+
+
+_TAKEN = []
+
+
+@job("hostile_killed_by_the_kernel")
+def killed_by_the_kernel(j):
+    """What the kernel's OOM killer does to a process that allocates until
+    the machine runs out: SIGKILL, with no chance to clean up."""
+    _record_start(j)
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -119,3 +119,39 @@ def test_a_process_a_handler_forks_ends_where_it_returns_from_the_handler(
     wait_until(lambda: all(state_of(executions, j) == "succeeded" for j in later), 10)
     assert executions.value("SELECT count(*) FROM test_executions WHERE job_id = %s",
                             (job_id,)) == 1
+
+
+def test_a_handler_that_closes_fds_1_and_2_leaves_the_worker_s_log_alone(
+        executions, start_supervisor):
+    """The worker logs to its own duplicates of fds 1 and 2: after a handler
+    closed them and connections took their numbers, its lines still reach
+    the supervisor's output, and none go into those connections."""
+    supervisor = start_supervisor("--workers", "1", "--concurrency", "8", *HOSTILE_APP)
+    [hostile] = enqueue(executions, "hostile_closes_stdio", max_attempts=1)
+    wait_until(lambda: state_of(executions, hostile) == "succeeded", 10)
+    later = enqueue(executions, "record", count=5)
+    wait_until(lambda: all(state_of(executions, j) == "succeeded" for j in later), 10)
+    wait_until(lambda: all(f"job {j} record attempt 1/5 succeeded" in supervisor.output()
+                           for j in later), 5, message="the later jobs' log lines")
+    pids = {pid for (pid,) in executions.rows("SELECT pid FROM test_executions")}
+    assert pids == set(supervisor.worker_pids())
+
+
+def test_a_handler_whose_process_the_kernel_kills_spends_only_the_attempts_that_ran(
+        executions, start_supervisor):
+    """The process is gone, so the jobs that were running beside it spend an
+    attempt too (any of them could have been the cause), and run again; the
+    ones not started go back untouched; a new worker takes over."""
+    supervisor = start_supervisor("--workers", "1", "--concurrency", "8", *HOSTILE_APP)
+    [first_worker] = supervisor.wait_for_workers(1)
+    bystanders = enqueue(executions, "record", '{"sleep": 1}', count=4)
+    wait_until(lambda: executions.value("SELECT count(*) FROM test_executions") == 4, 10)
+    [hostile] = enqueue(executions, "hostile_killed_by_the_kernel", max_attempts=1)
+    wait_until(lambda: state_of(executions, hostile) == "failed", 10)
+    error = executions.value("SELECT last_error FROM job_queue WHERE id = %s", (hostile,))
+    assert "killed by SIGKILL" in error, error
+    wait_until(lambda: all(state_of(executions, j) == "succeeded" for j in bystanders), 15)
+    attempts = executions.rows("SELECT attempts FROM job_queue WHERE id = ANY(%s)", (bystanders,))
+    assert {a for (a,) in attempts} == {2}  # one spent by the killed process, one that ran
+    [second_worker] = supervisor.wait_for_workers(1)
+    assert second_worker != first_worker

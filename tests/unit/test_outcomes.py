@@ -71,3 +71,16 @@ def test_an_exception_that_cannot_be_read_fails_its_run_all_the_same(error, says
     assert decision.error.startswith(says), decision.error
     assert decision.summary.startswith(says)
     assert decision.retry_in_seconds > 0
+
+
+def test_an_unpicklable_or_huge_exception_fails_its_run_with_a_bounded_error():
+    import threading
+    unpicklable = RuntimeError("holds a lock")
+    unpicklable.lock = threading.Lock()
+    huge = ValueError("x" * 10_000_000)
+    for error in (unpicklable, huge):
+        decision = outcomes.decide(_raised(error), 1, False, 1, 10)
+        assert decision.state == ledger.FAILED
+        assert decision.error.startswith(type(error).__name__)
+        assert len(decision.error) <= outcomes.MAX_ERROR_CHARS
+        assert len(decision.summary) <= outcomes.MAX_ERROR_CHARS
