@@ -120,3 +120,10 @@ def killed_by_the_kernel(j):
     the machine runs out: SIGKILL, with no chance to clean up."""
     _record_start(j)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+@job("hostile_exits")
+def exits(j):
+    """Ends its process as a library's fatal path might: os._exit, code 0."""
+    _record_start(j)
+    os._exit(0)

@@ -137,19 +137,21 @@ def test_a_handler_that_closes_fds_1_and_2_leaves_the_worker_s_log_alone(
     assert pids == set(supervisor.worker_pids())
 
 
-def test_a_handler_whose_process_the_kernel_kills_spends_only_the_attempts_that_ran(
-        executions, start_supervisor):
-    """The process is gone, so the jobs that were running beside it spend an
-    attempt too (any of them could have been the cause), and run again; the
-    ones not started go back untouched; a new worker takes over."""
+@pytest.mark.parametrize("kind, says", [("hostile_killed_by_the_kernel", "killed by SIGKILL"),
+                                        ("hostile_exits", "exited with code 0")])
+def test_a_handler_that_ends_its_process_spends_only_the_attempts_that_ran(
+        executions, start_supervisor, kind, says):
+    """The process is gone (the OOM killer, os._exit): the jobs that were
+    running beside it spend an attempt too (any of them could have been the
+    cause), and run again; a new worker takes over."""
     supervisor = start_supervisor("--workers", "1", "--concurrency", "8", *HOSTILE_APP)
     [first_worker] = supervisor.wait_for_workers(1)
     bystanders = enqueue(executions, "record", '{"sleep": 1}', count=4)
     wait_until(lambda: executions.value("SELECT count(*) FROM test_executions") == 4, 10)
-    [hostile] = enqueue(executions, "hostile_killed_by_the_kernel", max_attempts=1)
+    [hostile] = enqueue(executions, kind, max_attempts=1)
     wait_until(lambda: state_of(executions, hostile) == "failed", 10)
     error = executions.value("SELECT last_error FROM job_queue WHERE id = %s", (hostile,))
-    assert "killed by SIGKILL" in error, error
+    assert says in error, error
     wait_until(lambda: all(state_of(executions, j) == "succeeded" for j in bystanders), 15)
     attempts = executions.rows("SELECT attempts FROM job_queue WHERE id = ANY(%s)", (bystanders,))
     assert {a for (a,) in attempts} == {2}  # one spent by the killed process, one that ran
