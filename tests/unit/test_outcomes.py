@@ -84,3 +84,23 @@ def test_an_unpicklable_or_huge_exception_fails_its_run_with_a_bounded_error():
         assert decision.error.startswith(type(error).__name__)
         assert len(decision.error) <= outcomes.MAX_ERROR_CHARS
         assert len(decision.summary) <= outcomes.MAX_ERROR_CHARS
+
+
+def test_a_traceback_that_cannot_be_rendered_keeps_the_exception_s_own_text():
+    class NoSource:
+        """A module loader whose get_source raises: rendering a frame of its
+        module reads the line through it."""
+
+        def get_source(self, name):
+            raise RuntimeError("no source")
+
+    module = {"__name__": "module_without_source", "__loader__": NoSource(), "__spec__": None}
+    exec(compile("def fail():\n    raise ValueError('the real failure')\n",
+                 "/nowhere/module_without_source.py", "exec"), module)
+    try:
+        module["fail"]()
+    except ValueError as error:
+        decision = outcomes.decide(error, 1, False, 1, 10)
+    assert decision.state == ledger.FAILED
+    assert decision.error.startswith("ValueError: the real failure\n"), decision.error
+    assert "its traceback could not be rendered: RuntimeError" in decision.error
