@@ -20,9 +20,9 @@ import psycopg2
 import psycopg2.errors
 
 from . import db, registry
+from .config import DEFAULT_CONCURRENCY, Config, ConfigError
 from .logs import configure_logging
 from .schedule import Schedule, instant_text
-from .config import DEFAULT_CONCURRENCY, Config, ConfigError
 from .supervisor.arbiter import Supervisor
 
 DATABASE_ENV = ("MOTIR_DATABASE_URL", "DATABASE_URL")

@@ -69,15 +69,16 @@ class BatchedStreamHandler(logging.StreamHandler):
     def __init__(self) -> None:
         stream: TextIO
         try:
-            stream = self.stream_on(sys.stderr.fileno(), closefd=False)
+            stream = self.stream_on(sys.stderr.fileno())
         except (AttributeError, OSError, ValueError):  # stderr is no file (a test runner's)
             stream = sys.stderr
         super().__init__(stream)
 
     @staticmethod
-    def stream_on(fd: int, closefd: bool) -> TextIO:
+    def stream_on(fd: int) -> TextIO:
+        """A buffered stream on ``fd``, which stays open when it is closed."""
         return open(fd, "w", buffering=1 << 16, encoding="utf-8", errors="backslashreplace",
-                    closefd=closefd)
+                    closefd=False)
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -125,16 +126,12 @@ def keep_off_standard_fds() -> None:
                                 encoding=getattr(old, "encoding", None) or "utf-8",
                                 errors=getattr(old, "errors", None) or "backslashreplace"))
     for handler in logging.getLogger().handlers:
-        if isinstance(handler, BatchedStreamHandler) and handler.stream is not sys.stderr:
+        if isinstance(handler, BatchedStreamHandler):
             handler.flush()
-            try:
-                handler.setStream(BatchedStreamHandler.stream_on(os.dup(2), closefd=True))
-            except OSError:
+            try:  # its own buffer, on the private duplicate sys.stderr now writes to
+                handler.setStream(handler.stream_on(sys.stderr.fileno()))
+            except (AttributeError, OSError, ValueError):  # stderr is no file
                 pass
-        elif isinstance(handler, logging.StreamHandler) and handler.stream in (
-                sys.__stderr__, sys.__stdout__):
-            handler.flush()
-            handler.setStream(sys.stderr if handler.stream is sys.__stderr__ else sys.stdout)
 
 
 def flush_logs() -> None:

@@ -18,8 +18,8 @@ import os
 from typing import Any, Callable, Sequence
 
 from . import db, outcomes, registry
-from .ipc import ledger
 from .config import Config
+from .ipc import ledger
 from .worker.claims import StopFlag
 
 #: The claimant name drain's claims carry, as `status` shows them.

@@ -23,18 +23,18 @@ from typing import Callable
 import setproctitle
 
 from .. import db, metrics
-from ..ipc import ledger
 from ..config import Config
-from .forking import describe_exit, fork_child, send_signal
+from ..ipc import ledger
 from ..ipc.ledger import Ledger
-from ..logs import flush_logs
-from ..maintenance.reaper import Reaper
-from .metrics_server import MetricsServer
-from .rescuer import Rescuer
-from ..ipc.tokens import Kicks, Token
 from ..ipc.lifecycle import (EXIT_BOOT_FAILURE, EXIT_RECYCLED, EXIT_TIMEOUT, HANDLED_SIGNALS,
                              read_ready)
+from ..ipc.tokens import Kicks, Token
+from ..logs import flush_logs
+from ..maintenance.reaper import Reaper
 from ..worker.process import Worker
+from .forking import describe_exit, fork_child, send_signal
+from .metrics_server import MetricsServer
+from .rescuer import Rescuer
 
 log = logging.getLogger(__name__)
 

@@ -127,3 +127,9 @@ def exits(j):
     """Ends its process as a library's fatal path might: os._exit, code 0."""
     _record_start(j)
     os._exit(0)
+
+
+@job("quick_async_with_timeout", timeout=1)
+async def quick_async_with_timeout(j):
+    _record_start(j)
+    await asyncio.sleep(0)

@@ -157,3 +157,16 @@ def test_a_handler_that_ends_its_process_spends_only_the_attempts_that_ran(
     assert {a for (a,) in attempts} == {2}  # one spent by the killed process, one that ran
     [second_worker] = supervisor.wait_for_workers(1)
     assert second_worker != first_worker
+
+
+def test_a_job_started_behind_a_blocked_loop_is_not_charged_for_the_wait(
+        executions, start_supervisor):
+    """Its timeout counts from its own first step, as asyncio's does: jobs
+    handed to the loop while another handler held it are not timed out."""
+    start_supervisor("--workers", "1", "--concurrency", "8", *HOSTILE_APP)
+    [blocker] = enqueue(executions, "hostile_blocks_the_loop", max_attempts=1)
+    wait_until(lambda: executions.value("SELECT count(*) FROM test_executions") == 1, 10)
+    quick = enqueue(executions, "quick_async_with_timeout", count=4, max_attempts=1)
+    wait_until(lambda: state_of(executions, blocker) == "failed", 10)
+    wait_until(lambda: all(state_of(executions, j) in ("succeeded", "failed") for j in quick), 10)
+    assert {state_of(executions, j) for j in quick} == {"succeeded"}
