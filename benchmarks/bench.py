@@ -20,6 +20,8 @@ measures, in this order:
   from 3 s after its start and from 3 s after a burst;
 - the job model (benchmarks/job_model.py): priorities and unique keys, and
   urgent jobs behind a deep backlog;
+- flow control (benchmarks/flow.py): jobs limited per key beside the same
+  jobs without, IO-bound jobs limited per key, and a rate-limited backlog;
 - the dashboard (benchmarks/dashboard_pages.py): each page's time on a
   table of a million finished jobs;
 - with ``--peers``, the peer job runners on the same jobs with the same
@@ -48,7 +50,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from benchmarks import dashboard_pages, job_model, waiting
+from benchmarks import dashboard_pages, flow, job_model, waiting
 from benchmarks.peers import PeerRun, Runtimes, configurations
 from benchmarks.peers import measure as measure_peer
 from benchmarks.peers.timing import EMPTY_QUEUE_CHECK_SECONDS
@@ -114,7 +116,7 @@ SELECT (SELECT 1 FROM job_queue WHERE state = 'pending' AND NOT limited
 MAX_CONNECTIONS = 400
 
 
-SECTIONS = ("throughput", "latency", "io", "idle", "model", "dashboard")
+SECTIONS = ("throughput", "latency", "io", "idle", "model", "flow", "dashboard")
 
 
 class BenchError(RuntimeError):
@@ -146,6 +148,8 @@ class Settings:
     #: Jobs per IO-bound run, and the job slots (workers x concurrency) of the runs.
     io_jobs: int = 4_000
     io_slots: tuple[int, ...] = (4, 32, 128)
+    #: Windows of the rate-limited backlog (benchmarks/flow.py).
+    rate_windows: int = 5
     #: Extra options given to every `motir-supervisor run`, to compare settings.
     run_options: tuple[str, ...] = ()
     #: The sections measured (pgbench's loop always is: every ratio needs it).
@@ -156,7 +160,7 @@ class Settings:
 
 SMOKE = Settings(jobs=300, workers_list=(1, 2), latency_samples=30, bloat_rows=10_000,
                  idle_seconds=2.0, idle_settle_seconds=1.0, idle_burst_jobs=100, io_jobs=40,
-                 io_slots=(4,))
+                 io_slots=(4,), rate_windows=2)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,6 +229,7 @@ class BenchResults:
     peers: tuple[PeerRun, ...] | None
     #: The job model: priorities and unique keys, urgent jobs behind a backlog.
     job_model: job_model.JobModelRun | None = None
+    flow: flow.FlowRun | None = None
     #: The dashboard's pages on a big table.
     dashboard: dashboard_pages.DashboardRun | None = None
 
@@ -570,12 +575,14 @@ class Bench:
         if "idle" in only:
             idle = self.measure_idle_cost()
         model = job_model.measure_job_model(self) if "model" in only else None
+        flow_run = flow.measure_flow(self) if "flow" in only else None
         dashboard = dashboard_pages.measure_dashboard(self) if "dashboard" in only else None
         return BenchResults(
             measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             settings=self.settings, machine=machine, pgbench=pgbench, throughput=throughput,
             bloated=bloated, latency=latency, io_bound=io_bound, io_peers=io_peers, idle=idle,
             peers=self.measure_peers() if "throughput" in only else None, job_model=model,
+            flow=flow_run,
             dashboard=dashboard)
 
 
@@ -618,6 +625,8 @@ def format_report(results: BenchResults) -> str:
         lines += ["", *waiting.format_latency(results.latency)]
     if results.job_model:
         lines += ["", *job_model.format_job_model(results.job_model)]
+    if results.flow:
+        lines += ["", *flow.format_flow(results.flow)]
     if results.dashboard:
         lines += ["", *dashboard_pages.format_dashboard(results.dashboard)]
     if results.io_bound or results.io_peers:
@@ -698,6 +707,8 @@ def parse_arguments(argv: Sequence[str] | None) -> tuple[Settings, Path]:
     parser.add_argument("--io-slots", type=parse_workers_list,
                         help=f"job slots of the IO-bound runs, none with 0"
                              f" [{','.join(map(str, defaults.io_slots))}]")
+    parser.add_argument("--rate-windows", type=int,
+                        help=f"windows of the rate-limited backlog [{defaults.rate_windows}]")
     parser.add_argument("--only", type=parse_sections,
                         help=f"measure only these sections [{','.join(SECTIONS)}]")
     parser.add_argument("--run-options", type=shlex.split,

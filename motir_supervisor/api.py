@@ -40,7 +40,8 @@ from . import db
 def enqueue(conn: psycopg2.extensions.connection, kind: str, payload: Any = None, *,
             queue: str = "default", delay: float | None = None,
             run_at: datetime.datetime | None = None, priority: int = 0,
-            unique_key: str | None = None, max_attempts: int | None = None) -> int:
+            unique_key: str | None = None, max_attempts: int | None = None,
+            concurrency_key: str | None = None) -> int:
     """Insert one job in ``conn``'s transaction and return its id; with a
     ``unique_key`` another pending or running job of ``queue`` holds, insert
     nothing and return that job's id.
@@ -48,7 +49,8 @@ def enqueue(conn: psycopg2.extensions.connection, kind: str, payload: Any = None
     ``payload`` is stored as JSON (None as ``{}``). The job falls due
     ``delay`` seconds after this call, or at ``run_at`` (an aware datetime),
     or at once; ``delay`` and ``run_at`` together are a ValueError.
-    ``max_attempts`` None leaves the schema's default.
+    ``max_attempts`` None leaves the schema's default. ``concurrency_key``
+    (a non-empty str) is what the kind's ``max_running_per_key`` counts by.
 
     A bad argument raises TypeError or ValueError before anything is sent, so
     the transaction stays usable. Values the schema refuses (a
@@ -58,7 +60,8 @@ def enqueue(conn: psycopg2.extensions.connection, kind: str, payload: Any = None
     """
     return db.enqueue_jobs(_connection(conn), [_new_job(
         kind, payload, queue=queue, delay=delay, run_at=run_at, priority=priority,
-        unique_key=unique_key, max_attempts=max_attempts)])[0][0]
+        unique_key=unique_key, max_attempts=max_attempts,
+        concurrency_key=concurrency_key)])[0][0]
 
 
 def enqueue_many(conn: psycopg2.extensions.connection,
@@ -98,15 +101,18 @@ def _connection(conn: Any) -> psycopg2.extensions.connection:
 def _new_job(kind: str, payload: Any = None, *, queue: str = "default",
              delay: float | None = None, run_at: datetime.datetime | None = None,
              priority: int = 0, unique_key: str | None = None,
-             max_attempts: int | None = None) -> db.NewJob:
+             max_attempts: int | None = None, concurrency_key: str | None = None) -> db.NewJob:
     # What the schema would refuse only after aborting the transaction.
     for name, value, types, what in (
             ("kind", kind, str, "a str"), ("queue", queue, str, "a str"),
             ("unique_key", unique_key, (str, type(None)), "a str or None"),
+            ("concurrency_key", concurrency_key, (str, type(None)), "a str or None"),
             ("priority", priority, int, "an int"),
             ("max_attempts", max_attempts, (int, type(None)), "an int or None")):
         if not isinstance(value, types) or isinstance(value, bool):
             raise TypeError(f"{name} must be {what}, not {value!r}")
+    if concurrency_key == "":
+        raise ValueError("concurrency_key must not be empty: give None for no key")
     if delay is not None and run_at is not None:
         raise ValueError("give delay or run_at, not both")
     if run_at is not None:
@@ -122,7 +128,8 @@ def _new_job(kind: str, payload: Any = None, *, queue: str = "default",
         if not (math.isfinite(delay) and delay >= 0):
             raise ValueError(f"delay must be a finite number of seconds >= 0, not {delay!r}")
     return db.NewJob(kind, db.encode_payload(payload), queue, run_at,
-                     0.0 if delay is None else float(delay), priority, unique_key, max_attempts)
+                     0.0 if delay is None else float(delay), priority, unique_key, max_attempts,
+                     concurrency_key)
 
 
 #: What a dict of enqueue_many may hold.

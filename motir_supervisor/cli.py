@@ -183,8 +183,11 @@ def migrate(database_url: str | None) -> None:
               help="Smaller runs first among due jobs.")
 @click.option("--unique-key", default=None,
               help="At most one pending or running job of the queue has this key.")
+@click.option("--concurrency-key", default=None,
+              help="What the kind's max_running_per_key counts by.")
 def enqueue(database_url: str | None, kind: str, payload: str, delay: float, queue: str,
-            max_attempts: int | None, priority: int, unique_key: str | None) -> None:
+            max_attempts: int | None, priority: int, unique_key: str | None,
+            concurrency_key: str | None) -> None:
     """Insert one job and print its id (or the id of the job holding --unique-key)."""
     try:
         decoded = json.loads(payload)
@@ -194,10 +197,13 @@ def enqueue(database_url: str | None, kind: str, payload: str, delay: float, que
         db.encode_payload(decoded)  # json.loads takes NaN, which jsonb refuses
     except ValueError as exc:
         raise click.ClickException(f"--payload: {exc}") from None
+    if concurrency_key == "":
+        raise click.ClickException("--concurrency-key must not be empty")
     with database(database_url, "enqueue") as store:
         job_id, inserted = store.enqueue(kind, decoded, queue=queue, delay_seconds=delay,
                                          max_attempts=max_attempts, priority=priority,
-                                         unique_key=unique_key)
+                                         unique_key=unique_key,
+                                         concurrency_key=concurrency_key)
     click.echo(job_id)
     if not inserted:
         click.echo(f"job {job_id} is already pending or running with unique key"
@@ -246,8 +252,17 @@ def status(database_url: str | None) -> None:
     click.echo("paused queues: " + (", ".join(
         f"{queue} (for {seconds:.0f}s)" for queue, seconds in report["paused"]) or "none"))
     click.echo("limits:" + ("" if report["limits"] else " none"))
-    for kind, max_running, running in report["limits"]:
-        click.echo(f"  {kind:<20} {running} of at most {max_running} running")
+    for (kind, max_running, per_key, rate_limit, rate_seconds, running, waiting, recent,
+         busiest) in report["limits"]:
+        said = [f"{running} running" + (f" of at most {max_running}" if max_running else ""),
+                f"{waiting} waiting"]
+        if rate_limit is not None:
+            said.append(f"{recent} of at most {rate_limit} starts in the last {rate_seconds:g}s")
+        click.echo(f"  {kind:<20} {', '.join(said)}")
+        if per_key is not None:
+            click.echo(f"  {'':<20} at most {per_key} running per key; busiest keys: "
+                       + (", ".join(f"{key} ({r} running, {w} waiting)" for key, r, w in busiest)
+                          or "none"))
     click.echo("schedules:" + ("" if report["schedules"] else " none"))
     for kind, spec, last in report["schedules"]:
         upcoming = Schedule.from_spec(kind, spec).following(

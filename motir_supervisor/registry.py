@@ -12,6 +12,7 @@ import importlib
 import importlib.util
 import inspect
 import json
+import math
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
@@ -66,6 +67,10 @@ class Registration:
     #: At most this many jobs of the kind run at once in the whole fleet
     #: (the database enforces it: see claim_limited_jobs); None for no limit.
     max_running: int | None = None
+    #: At most this many with one concurrency_key; None for no such limit.
+    max_running_per_key: int | None = None
+    #: At most this many starts (N) in any window of this many seconds (S).
+    rate_limit: tuple[int, float] | None = None
 
 
 _registry: dict[str, Registration] = {}
@@ -76,7 +81,8 @@ _PAYLOAD_LOCK = threading.Lock()
 
 def job(kind: str, *, timeout: float | None = None,
         schedule: str | int | float | None = None,
-        max_running: int | None = None) -> Callable[[H], H]:
+        max_running: int | None = None, max_running_per_key: int | None = None,
+        rate_limit: tuple[int, float] | None = None) -> Callable[[H], H]:
     """Register the decorated function as the handler of ``kind``.
 
     >>> @job("send_email", timeout=60)
@@ -87,16 +93,27 @@ def job(kind: str, *, timeout: float | None = None,
     expression in UTC, or seconds) also enqueues the kind at each instant of
     it; the instant is in ``j.payload["scheduled_for"]``. ``max_running``
     caps how many jobs of the kind run at once across every worker of every
-    supervisor.
+    supervisor; ``max_running_per_key`` how many with one ``concurrency_key``
+    (jobs without a key are not limited by it); ``rate_limit=(N, S)`` how
+    many start in any window of S seconds (a retry is a start).
     """
     if not kind or not isinstance(kind, str):
         raise ValueError("a job kind is a non-empty string")
     if timeout is not None and timeout <= 0:
         raise ValueError(f"timeout of {kind!r} must be positive, got {timeout!r}")
-    if max_running is not None and (isinstance(max_running, bool)
-                                    or not isinstance(max_running, int) or max_running < 1):
-        raise ValueError(f"max_running of {kind!r} must be a whole number of at least 1,"
-                         f" got {max_running!r}")
+    for name, value in (("max_running", max_running),
+                        ("max_running_per_key", max_running_per_key)):
+        if value is not None and not _whole_at_least_one(value):
+            raise ValueError(f"{name} of {kind!r} must be a whole number of at least 1,"
+                             f" got {value!r}")
+    if rate_limit is not None:
+        if not (isinstance(rate_limit, tuple) and len(rate_limit) == 2
+                and _whole_at_least_one(rate_limit[0])
+                and isinstance(rate_limit[1], (int, float)) and not isinstance(rate_limit[1], bool)
+                and math.isfinite(rate_limit[1]) and rate_limit[1] > 0):
+            raise ValueError(f"rate_limit of {kind!r} must be (starts, seconds): a whole number"
+                             f" of at least 1 and a positive number, got {rate_limit!r}")
+        rate_limit = (rate_limit[0], float(rate_limit[1]))
     parsed = None
     if schedule is not None:
         from .schedule import Schedule
@@ -113,10 +130,14 @@ def job(kind: str, *, timeout: float | None = None,
                 f"job kind {kind!r} is already handled by {_qualname(existing.handler)}")
         _registry[kind] = Registration(kind, handler, timeout,
                                        inspect.iscoroutinefunction(handler), parsed,
-                                       max_running)
+                                       max_running, max_running_per_key, rate_limit)
         return handler
 
     return register
+
+
+def _whole_at_least_one(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def _qualname(handler: Handler) -> str:
@@ -151,9 +172,14 @@ def any_async() -> bool:
     return any(r.is_async for r in _registry.values())
 
 
-def limits() -> dict[str, int | None]:
-    """{kind: max_running or None} of every registered kind."""
-    return {kind: r.max_running for kind, r in sorted(_registry.items())}
+def limits() -> dict[str, tuple[int | None, int | None, int | None, float | None] | None]:
+    """{kind: (max_running, max_running_per_key, rate limit's starts, its
+    seconds), or None for a kind without any} of every registered kind."""
+    found = {}
+    for kind, r in sorted(_registry.items()):
+        values = (r.max_running, r.max_running_per_key, *(r.rate_limit or (None, None)))
+        found[kind] = values if any(v is not None for v in values) else None
+    return found
 
 
 def scheduled() -> list[Registration]:

@@ -96,6 +96,45 @@ def executions_per_job(sql: Sql) -> dict[int, int]:
                          " LEFT JOIN test_executions e ON e.job_id = j.id GROUP BY j.id"))
 
 
+#: Every change of a job_queue row into or out of `running`, as the
+#: database saw it: the limits count those spans.
+TRANSITIONS_TABLE = """
+CREATE TABLE test_transitions (
+    job_id  bigint NOT NULL,
+    kind    text NOT NULL,
+    running boolean NOT NULL,
+    at      timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE FUNCTION test_record_transition() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO test_transitions (job_id, kind, running)
+    VALUES (NEW.id, NEW.kind, NEW.state = 'running');
+    RETURN NULL;
+END;
+$$;
+CREATE TRIGGER test_record_transition AFTER UPDATE OF state ON job_queue FOR EACH ROW
+    WHEN ((OLD.state = 'running') <> (NEW.state = 'running'))
+    EXECUTE FUNCTION test_record_transition();
+"""
+
+
+def running_spans(sql: Sql, kind: str) -> list[tuple[Any, Any, int]]:
+    """(start, end, job id) of every time a job of ``kind`` was `running` in the
+    database (TRANSITIONS_TABLE). A claim that takes a slot another run
+    freed starts after that run's end was committed, so its start is
+    recorded after that end."""
+    spans, started = [], {}
+    for job_id, running, at in sql.rows(
+            "SELECT job_id, running, at FROM test_transitions WHERE kind = %s ORDER BY at",
+            (kind,)):
+        if running:
+            started[job_id] = at
+        else:
+            spans.append((started.pop(job_id), at, job_id))
+    assert not started, f"jobs of {kind} still running: {sorted(started)}"
+    return spans
+
+
 def most_at_once(spans) -> int:
     """The largest number of (start, end) spans open at one instant."""
     events = sorted([(end, -1) for _, end in spans] + [(start, 1) for start, _ in spans])

@@ -7,6 +7,8 @@ command line and the dashboard run goes through here.
   on a connection of the caller's.
 - :mod:`.statements` — the named SQL of ``sql/queries.sql`` and
   ``sql/dashboard.sql``, their prepared forms, and the migrations.
+- :mod:`.limits` — a kind's fleet-wide limits, and writing a registry's
+  limits to the table every claim reads.
 - :mod:`.connections` — opening a connection, and naming a database URL
   without its password.
 
@@ -16,13 +18,14 @@ handles a signal or runs handler code.
 
 from .connections import connect, describe_dsn, one_line, scrub
 from .enqueueing import NewJob, UNIQUE_KEY_TRIES, encode_payload, enqueue_jobs
+from .limits import Limits
 from .statements import PREPARED, QUERIES, Migration, load_migrations, prepared_form
 from .store import (ANY_QUEUE, CONNECTION_ERRORS, STATES, WAKEUP_CHANNEL, ClaimedJob, JobStore,
                     Outcome)
 
 __all__ = [
-    "ANY_QUEUE", "CONNECTION_ERRORS", "ClaimedJob", "JobStore", "Migration", "NewJob", "Outcome",
-    "PREPARED", "QUERIES", "STATES", "UNIQUE_KEY_TRIES", "WAKEUP_CHANNEL", "connect",
+    "ANY_QUEUE", "CONNECTION_ERRORS", "ClaimedJob", "JobStore", "Limits", "Migration", "NewJob",
+    "Outcome", "PREPARED", "QUERIES", "STATES", "UNIQUE_KEY_TRIES", "WAKEUP_CHANNEL", "connect",
     "describe_dsn", "encode_payload", "enqueue_jobs", "load_migrations", "one_line",
     "prepared_form", "scrub",
 ]

@@ -31,6 +31,8 @@ class NewJob(NamedTuple):
     unique_key: str | None = None
     #: None for the column's default.
     max_attempts: int | None = None
+    #: What the kind's max_running_per_key counts by; None for no key.
+    concurrency_key: str | None = None
 
 
 #: (queue, unique_key): a key is unique within its queue.

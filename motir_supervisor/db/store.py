@@ -20,6 +20,7 @@ import psycopg2.extras
 
 from .connections import connect
 from .enqueueing import NewJob, encode_payload, enqueue_jobs
+from .limits import Limits, read_limits, sync_limits
 from .statements import PREPARED, QUERIES, Migration, load_migrations, prepared_form
 
 log = logging.getLogger(__name__)
@@ -180,14 +181,19 @@ class JobStore:
         return [ClaimedJob(*row[:8]) for row in rows], bool(rows) and rows[0][8]
 
     def claim_limited_jobs(self, claimant: str, limit: int, lease_seconds: float,
-                           queues: Sequence[str] | None) -> tuple[list[ClaimedJob], bool]:
-        """claim_due_jobs for the limited kinds, never past their max_running;
-        (jobs, whether more could run than were claimed)."""
+                           queues: Sequence[str] | None,
+                           free: int | None = None) -> tuple[list[ClaimedJob], bool]:
+        """claim_due_jobs for the limited kinds, never past their limits: up
+        to ``limit`` jobs, of which at most ``free`` (default: all) of kinds
+        with a max_running or a rate limit. (jobs, whether more could run than
+        were claimed)."""
         rows = self._run("claim_limited_jobs", {
             "claimant": claimant, "limit": limit, "lease_seconds": lease_seconds,
             "queues": list(queues) if queues else None,
+            "free": limit if free is None else free,
         }, after="lock_limited_claims")
-        return [ClaimedJob(*row[:8]) for row in rows], bool(rows) and rows[0][8]
+        # One row even when nothing was claimed, for more_due.
+        return [ClaimedJob(*row[:8]) for row in rows if row[0] is not None], rows[0][8]
 
     def seconds_until_next_due(self, queues: Sequence[str] | None) -> tuple[float | None, bool]:
         """(seconds, whether any kind is limited); the seconds are None when no
@@ -264,11 +270,12 @@ class JobStore:
 
     def enqueue(self, kind: str, payload: Any = None, *, queue: str = "default",
                 delay_seconds: float = 0, max_attempts: int | None = None, priority: int = 0,
-                unique_key: str | None = None) -> tuple[int, bool]:
+                unique_key: str | None = None,
+                concurrency_key: str | None = None) -> tuple[int, bool]:
         """(job id, inserted): with a ``unique_key`` another pending or running
         job of the queue holds, nothing is inserted and that job's id returns."""
         job = NewJob(kind, encode_payload(payload), queue, None, delay_seconds, priority,
-                     unique_key, max_attempts)
+                     unique_key, max_attempts, concurrency_key)
         return enqueue_jobs(self.conn, [job])[0]
 
     def database_now(self) -> Any:
@@ -287,52 +294,14 @@ class JobStore:
         """(kind, spec, last instant) of every schedule the fleet has seen."""
         return [tuple(row) for row in self._run("schedules")]
 
-    def limits(self) -> dict[str, int]:
-        """{kind: max_running} of every limited kind."""
-        return dict(self._run("limits"))
+    def limits(self) -> dict[str, Limits]:
+        """The limits of every limited kind."""
+        with self.conn.cursor() as cur:
+            return read_limits(cur)
 
-    def sync_limits(self, wanted: dict[str, int | None]) -> list[str] | None:
-        """Make job_queue_limits say what ``wanted`` says of its kinds (None:
-        no limit); kinds not in it are left alone. Returns what changed, as
-        lines for the log; nothing is written when nothing differs. None
-        when another session is at it: look again later. LockNotAvailable
-        when job_queue stayed locked (see lock_job_queue_for_routing)."""
-        def changes(current: dict[str, int]) -> dict[str, int | None]:
-            return {kind: n for kind, n in wanted.items() if current.get(kind) != n}
-        if not changes(self.limits()):
-            return []
-        conn = self.conn
-        conn.autocommit = False
-        try:
-            with conn, conn.cursor() as cur:
-                cur.execute(QUERIES["lock_limits_sync"])
-                locked = cur.fetchone()
-                assert locked is not None  # the lock's SELECT returns one row
-                if not locked[0]:
-                    return None
-                cur.execute(QUERIES["limits"])
-                current = dict(cur.fetchall())
-                todo = changes(current)
-                # A kind whose limit appears or goes changes lanes.
-                rerouted = [kind for kind, n in todo.items()
-                            if (n is None) != (kind not in current)]
-                if rerouted:
-                    cur.execute(QUERIES["lock_job_queue_for_routing"])
-                done = []
-                for kind, n in sorted(todo.items()):
-                    if n is None:
-                        cur.execute(QUERIES["drop_limit"], {"kind": kind})
-                        done.append(f"{kind}: no limit")
-                    else:
-                        cur.execute(QUERIES["set_limit"], {"kind": kind, "max_running": n})
-                        done.append(f"{kind}: at most {n} running")
-                    if kind in rerouted:
-                        cur.execute(QUERIES["route_kind"], {"kind": kind, "limited": n is not None})
-                cur.execute(QUERIES["analyze_limits"])
-                return done
-        finally:
-            if not conn.closed:
-                conn.autocommit = True
+    def sync_limits(self, wanted: dict[str, Limits | None]) -> list[str] | None:
+        """See limits.sync_limits."""
+        return sync_limits(self.conn, wanted)
 
     def pause_queue(self, queue: str) -> bool:
         """False if it was paused already."""

@@ -1,4 +1,5 @@
-"""Writing a worker's registry limits (``@job(max_running=N)``) to
+"""Writing a worker's registry limits (``@job(max_running=N,
+max_running_per_key=N, rate_limit=(N, S))``) to
 job_queue_limits, where every worker of the fleet reads them: once per
 worker, backing off while a transaction keeps job_queue locked, and not at
 all while another worker is at it (see db.JobStore.sync_limits).
@@ -36,7 +37,9 @@ class LimitsSync:
         if self.synced or time.monotonic() < self._next_try:
             return None
         try:
-            changes = self.store.sync_limits(registry.limits())
+            changes = self.store.sync_limits({
+                kind: None if values is None else db.Limits(*values)
+                for kind, values in registry.limits().items()})
         except psycopg2.errors.LockNotAvailable:
             # A transaction keeps job_queue locked; claims go on meanwhile,
             # and the tries back off so as not to hold them up again and again.

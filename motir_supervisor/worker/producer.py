@@ -2,9 +2,10 @@
 
 How many (the free slots, a reserve beside the running jobs, whole
 batches for jobs that take no time; the numbers are :mod:`.batching`'s),
-from which lane (the regular claim, or the limited one for kinds with
-``max_running``), and what goes back before it starts (a slow claim's
-waiting jobs, a stop's, a lost claim's). Each job it claims is mirrored in
+from which lane (the regular claim, or the limited one for kinds with a
+``max_running``, a ``max_running_per_key`` or a ``rate_limit``), and what
+goes back before it starts (a slow claim's waiting jobs, a stop's, a lost
+claim's). Each job it claims is mirrored in
 the worker's ledger so that the supervisor can settle it if the worker
 dies. The worker's main thread calls these verbs and owns every field
 here. The producer runs no handler, writes no outcome (:mod:`.completer`
@@ -34,6 +35,10 @@ log = logging.getLogger("motir_supervisor.worker")
 #: While any kind is limited, a worker with room tries the limited claim at
 #: least this often, whatever it heard.
 LIMITED_CLAIM_BACKSTOP_SECONDS = 1.0
+#: At most this many rows per limited claim: limited claims run one at a
+#: time fleet-wide, and a large one would hold many keys while its jobs wait
+#: in one worker.
+LIMITED_CLAIM_ROWS = 128
 #: A claim in doubt when the connection broke may commit later still; its
 #: rows are looked for once more this long after the reconnect.
 CLAIM_RECHECK_SECONDS = 2.0
@@ -103,12 +108,17 @@ class Producer:
                 # The backstop: a wake-up lost (or never sent: --no-listen)
                 # delays a limited job by a second at most.
                 self._next_limited_claim = now + LIMITED_CLAIM_BACKSTOP_SECONDS
-                claimed, more_due = self.claim_limited()
+                claimed, more_due = self.claim_limited(room)
                 poller.limited_may_have_work = more_due
                 if more_due and claimed:
                     poller.kick()
                 if claimed:
                     continue
+                if more_due:
+                    # Nothing claimed, but it parked rows or stopped its walk
+                    # of the keys short: it goes on once the worker has
+                    # written what ended meanwhile.
+                    return False
             claimed, more_due = self.claim(room)
             if more_due:
                 poller.kick()
@@ -172,34 +182,46 @@ class Producer:
         return self._claim(min(room, self.ledger.free_entries(), self.claims_left),
                            limited=False, size=size)
 
-    def claim_limited(self) -> tuple[int, bool]:
-        """Claim jobs of limited kinds for the free slots only: one waiting in
-        the reserve would hold a slot of its kind, fleet-wide, while it does
-        not run. (jobs claimed, more could run than were claimed)."""
-        limit = min(self.executor.free_slots(), self.ledger.free_entries(), self.claims_left)
+    def claim_limited(self, room: int) -> tuple[int, bool]:
+        """Claim jobs of limited kinds: for the free slots only where a kind
+        has a max_running or a rate limit (one waiting in the reserve would
+        hold a slot of the kind, or a start, while it does not run), for
+        ``room`` where it is limited per key only (such a job holds only its
+        own key). (jobs claimed, more could run than were claimed)."""
+        cap = min(self.ledger.free_entries(), self.claims_left)
+        free = min(self.executor.free_slots(), cap)
+        if free > 0:
+            room = max(room, self.batch_size)  # as claim() sizes its own
+        limit = min(max(room, free), cap, LIMITED_CLAIM_ROWS)
         if limit <= 0:
             return 0, True
-        return self._claim(limit, limited=True)
+        return self._claim(limit, limited=True, free=max(free, 0))
 
     def watching_for_urgent(self, now: float) -> bool:
         """Whether a claim brought a job ahead of a backlog lately, so that
         claims stay short (see URGENT_WATCH_SECONDS)."""
         return now < self._urgent_seen_at + URGENT_WATCH_SECONDS
 
-    def _claim(self, limit: int, limited: bool, size: int | None = None) -> tuple[int, bool]:
+    def _claim(self, limit: int, limited: bool, size: int | None = None,
+               free: int = 0) -> tuple[int, bool]:
         sent = time.monotonic()
         self._claim_in_doubt = True
-        claim_jobs = self.store.claim_limited_jobs if limited else self.store.claim_due_jobs
-        jobs, more_due = claim_jobs(self.claimant, limit, self.config.lease_seconds, self.queues)
+        if limited:
+            jobs, more_due = self.store.claim_limited_jobs(
+                self.claimant, limit, self.config.lease_seconds, self.queues, free)
+        else:
+            jobs, more_due = self.store.claim_due_jobs(
+                self.claimant, limit, self.config.lease_seconds, self.queues)
         self._claim_in_doubt = False
         self.round_trips.took(sent)
         self.claims_left -= len(jobs)
         if not jobs:
-            if not limited:
-                # The queue is empty: whatever comes next is shared by every
-                # worker it wakes, each growing its claims afresh.
-                self._resize(1, sent)
-                self._last_claimed_priority = None
+            if limited:
+                return 0, more_due
+            # The queue is empty: whatever comes next is shared by every
+            # worker it wakes, each growing its claims afresh.
+            self._resize(1, sent)
+            self._last_claimed_priority = None
             return 0, False
         if not limited:
             # Limited jobs have a lane, and priorities, of their own.
@@ -242,8 +264,12 @@ class Producer:
         claim.open -= 1
         if claim.open == 0:
             self._open_claims.remove(claim)
-            if claim.limited or claim.sent_at < self._size_changed_at:
+            if claim.sent_at < self._size_changed_at:
                 return  # sent before the size last changed: it is out of date
+            if claim.limited and len(claim.runs) < claim.limit:
+                # Short because of a kind's limit, not because the lane ran
+                # dry: it says nothing of how many the regular lane holds.
+                return
             # From its first start to its last end, as the handlers' threads
             # saw them: not the wait behind an earlier claim's runs, nor how
             # soon this thread got round to noticing.

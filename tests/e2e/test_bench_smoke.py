@@ -48,6 +48,13 @@ def test_the_smoke_benchmark_reports_every_figure(tmp_path):
         assert run["samples"] == results["settings"]["latency_samples"], run
         assert 0 < run["p50_ms"] <= run["p99_ms"] <= run["max_ms"], run
     assert "the floor behind the backlog" in done.stdout
+    flow = results["flow"]
+    assert len(flow["plain_jobs_per_second"]) == len(flow["keyed_jobs_per_second"]) >= 1
+    assert min(flow["plain_jobs_per_second"] + flow["keyed_jobs_per_second"]) > 0
+    assert 0 < flow["io_efficiency"] <= 1, flow
+    # A rate-limited backlog never starts more than its allowance in a window.
+    assert flow["window_starts"] and max(flow["window_starts"]) <= 1000, flow
+    assert "flow control:" in done.stdout
     dashboard = results["dashboard"]
     assert dashboard["rows"] == results["settings"]["bloat_rows"]
     assert len(dashboard["pages"]) >= 10 and dashboard["first_queues_load_ms"] > 0

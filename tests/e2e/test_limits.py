@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tests.apps.limited import THROTTLED_MAX_RUNNING
-from tests.helpers import Sql, most_at_once, wait_until
+from tests.helpers import TRANSITIONS_TABLE, Sql, most_at_once, running_spans, wait_until
 from tests.supervisors import NAIVE_LIMIT_CLI, cli
 
 
@@ -83,43 +83,6 @@ def _spans(sql, kind, killed_at):
     return spans
 
 
-TRANSITIONS = """
-CREATE TABLE test_transitions (
-    job_id  bigint NOT NULL,
-    kind    text NOT NULL,
-    running boolean NOT NULL,
-    at      timestamptz NOT NULL DEFAULT clock_timestamp()
-);
-CREATE FUNCTION test_record_transition() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO test_transitions (job_id, kind, running)
-    VALUES (NEW.id, NEW.kind, NEW.state = 'running');
-    RETURN NULL;
-END;
-$$;
-CREATE TRIGGER test_record_transition AFTER UPDATE OF state ON job_queue FOR EACH ROW
-    WHEN ((OLD.state = 'running') <> (NEW.state = 'running'))
-    EXECUTE FUNCTION test_record_transition();
-"""
-
-
-def _running_spans(sql, kind):
-    """(start, end, job id) of every time a job of ``kind`` was `running` in the
-    database, as a trigger saw its row change: the limit counts those.
-    A claim that takes a slot another run freed starts after that run's
-    end was committed, so its start is recorded after that end."""
-    spans, started = [], {}
-    for job_id, running, at in sql.rows(
-            "SELECT job_id, running, at FROM test_transitions WHERE kind = %s ORDER BY at",
-            (kind,)):
-        if running:
-            started[job_id] = at
-        else:
-            spans.append((started.pop(job_id), at, job_id))
-    assert not started, f"jobs of {kind} still running: {sorted(started)}"
-    return spans
-
-
 def _kill(sql, pids, killed_at):
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
@@ -139,7 +102,7 @@ def test_two_fleets_keep_limits_unique_keys_and_schedules_through_kills_and_a_re
     first.wait_for_workers(4)
     second.wait_for_workers(4)
     sql = executions
-    sql.rows(TRANSITIONS)
+    sql.rows(TRANSITIONS_TABLE)
     sql.rows("INSERT INTO job_queue (kind) SELECT 'throttled' FROM generate_series(1, %s)",
              (THROTTLED_JOBS,))
     sql.rows("INSERT INTO job_queue (kind) SELECT 'record' FROM generate_series(1, %s)",
@@ -175,7 +138,7 @@ def test_two_fleets_keep_limits_unique_keys_and_schedules_through_kills_and_a_re
     # The limit held at every instant, and the fleets used all of it.
     throttled = _spans(sql, "throttled", killed_at)
     assert len(throttled) > THROTTLED_JOBS  # runs the kills cut short ran again
-    most = most_at_once([(start, end) for start, end, _ in _running_spans(sql, "throttled")])
+    most = most_at_once([(start, end) for start, end, _ in running_spans(sql, "throttled")])
     assert most <= THROTTLED_MAX_RUNNING
     assert most == THROTTLED_MAX_RUNNING
     # Other kinds flowed past the limited backlog: all done before it was.
@@ -184,7 +147,7 @@ def test_two_fleets_keep_limits_unique_keys_and_schedules_through_kills_and_a_re
     # Never two jobs of one unique key running at once (a job's own runs are
     # the claim's business), and most inserts were refused.
     key_of = dict(sql.rows("SELECT id, unique_key FROM job_queue WHERE kind = 'keyed'"))
-    keyed = _running_spans(sql, "keyed")
+    keyed = running_spans(sql, "keyed")
     for key in set(key_of.values()):
         runs = sorted((start, end, job) for start, end, job in keyed if key_of[job] == key)
         assert all(a_end <= b_start or a_job == b_job
@@ -196,7 +159,7 @@ def test_two_fleets_keep_limits_unique_keys_and_schedules_through_kills_and_a_re
         "SELECT payload ->> 'scheduled_for' FROM job_queue WHERE kind = 'tick'")]
     assert instants and len(instants) == len(set(instants))
     status = cli(database_url, "status").stdout
-    assert f"throttled            0 of at most {THROTTLED_MAX_RUNNING} running" in status
+    assert f"throttled            0 running of at most {THROTTLED_MAX_RUNNING}, 0 waiting" in status
 
 
 def test_negative_control_two_fleets_with_a_claim_that_counts_without_the_lock_overshoot(
@@ -204,7 +167,7 @@ def test_negative_control_two_fleets_with_a_claim_that_counts_without_the_lock_o
     fleets = [start_supervisor(*FLEET, entry=NAIVE_LIMIT_CLI) for _ in range(2)]
     for fleet in fleets:
         fleet.wait_for_workers(4)
-    executions.rows(TRANSITIONS)
+    executions.rows(TRANSITIONS_TABLE)
     for _ in range(3):
         executions.rows("TRUNCATE test_transitions")
         executions.rows("INSERT INTO job_queue (kind) SELECT 'throttled'"
@@ -212,7 +175,7 @@ def test_negative_control_two_fleets_with_a_claim_that_counts_without_the_lock_o
         wait_until(lambda: executions.value(
             "SELECT count(*) FROM job_queue WHERE kind = 'throttled' AND state <> 'succeeded'")
             == 0, 30, message="the throttled jobs")
-        spans = [(start, end) for start, end, _ in _running_spans(executions, "throttled")]
+        spans = [(start, end) for start, end, _ in running_spans(executions, "throttled")]
         if most_at_once(spans) > THROTTLED_MAX_RUNNING:
             return
     pytest.fail("three runs of two naive fleets without an overshoot: the test cannot catch one")

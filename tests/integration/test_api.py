@@ -305,6 +305,16 @@ def test_delay_run_at_priority_and_max_attempts_land_in_the_row(conn, sql):
     assert after <= sql.value("SELECT run_at FROM job_queue WHERE id = %s", (soon,))
 
 
+def test_a_concurrency_key_lands_in_the_row_and_routes_it_by_its_kinds_limits(conn, sql, store):
+    store.sync_limits({"per_key": db.Limits(max_running_per_key=1)})
+    one = enqueue(conn, "per_key", concurrency_key="account:1")
+    keyless, other = enqueue_many(conn, [{"kind": "per_key"},
+                                         {"kind": "plain", "concurrency_key": "account:1"}])
+    conn.commit()
+    assert sql.rows("SELECT id, concurrency_key, limited FROM job_queue ORDER BY id") == [
+        (one, "account:1", True), (keyless, None, False), (other, "account:1", False)]
+
+
 def test_a_job_without_max_attempts_gets_the_columns_default_whatever_it_is(conn, sql):
     sql.rows("ALTER TABLE job_queue ALTER COLUMN max_attempts SET DEFAULT 9")
     one = enqueue(conn, "x")
@@ -329,6 +339,8 @@ AWARE = NAIVE.replace(tzinfo=datetime.timezone.utc)
     ({"delay": datetime.timedelta(seconds=5)}, TypeError, "delay must be a number of seconds"),
     ({"queue": None}, TypeError, "queue must be a str"),
     ({"priority": "high"}, TypeError, "priority must be an int"),
+    ({"concurrency_key": 42}, TypeError, "concurrency_key must be a str or None"),
+    ({"concurrency_key": ""}, ValueError, "concurrency_key must not be empty"),
     ({"payload": {"at": NAIVE}}, TypeError,
      "payload cannot be stored as JSON: Object of type datetime is not JSON serializable"),
     ({"payload": {"ratio": float("nan")}}, ValueError, "payload cannot be stored as JSON"),

@@ -227,6 +227,25 @@ def test_queues_show_depth_oldest_due_pause_and_throughput(client, sql):
     assert sql.value("SELECT count(*) FROM job_queue_paused") == 0
 
 
+def test_queues_show_each_limited_kind_with_its_busiest_keys(client, sql, store):
+    assert "Flow control" not in page(client, "/")
+    store.sync_limits({"sync_account": db.Limits(max_running_per_key=1),
+                       "call_partner": db.Limits(max_running=5, rate_limit=100,
+                                                 rate_seconds=60.0)})
+    sql.rows("INSERT INTO job_queue (kind, concurrency_key)"
+             " SELECT 'sync_account', 'account:' || (g % 7) FROM generate_series(1, 30) g")
+    store.claim_limited_jobs("c", 3, 30, None)
+    text = page(client, "/")
+    row = re.search(r'<tr data-kind="sync_account">(.*?)</tr>', text, re.S)[1]
+    cells = [re.sub(r"<[^>]+>", " ", c).strip() for c in re.findall(r"<td>(.*?)</td>", row, re.S)]
+    assert cells[1:3] == ["3", "27"]  # running, waiting
+    assert "at most 1 running per key" in cells[3]
+    # The busiest keys first: one running, then the most waiting.
+    assert cells[4].startswith("account:1: 1 running, 4 waiting"), cells[4]
+    partner = re.search(r'<tr data-kind="call_partner">(.*?)</tr>', text, re.S)[1]
+    assert "at most 5 running" in partner and "0 of at most 100 starts in 60s" in partner
+
+
 def test_a_minute_that_is_over_is_counted_once(database_url, sql):
     store = DashboardStore(database_url)
     ended = EndedPerMinute()

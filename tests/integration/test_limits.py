@@ -25,15 +25,16 @@ def _lanes(sql):
 
 def test_the_registry_limits_are_written_once_and_reroute_their_kinds_rows(sql, store):
     sql.rows("INSERT INTO job_queue (kind) VALUES ('a'), ('a'), ('b')")
-    assert store.sync_limits({"a": 2, "b": None}) == ["a: at most 2 running"]
+    assert store.sync_limits({"a": db.Limits(2), "b": None}) == ["a: at most 2 running"]
     assert _lanes(sql) == {"a": True, "b": False}
-    assert store.sync_limits({"a": 2, "b": None}) == []  # nothing differs: nothing written
-    assert store.sync_limits({"a": 5}) == ["a: at most 5 running"]
-    assert store.limits() == {"a": 5}
+    # Nothing differs: nothing is written.
+    assert store.sync_limits({"a": db.Limits(2), "b": None}) == []
+    assert store.sync_limits({"a": db.Limits(5)}) == ["a: at most 5 running"]
+    assert store.limits() == {"a": db.Limits(5)}
     # A kind the registry does not name is left alone.
-    assert store.sync_limits({"c": 1}) == ["c: at most 1 running"]
+    assert store.sync_limits({"c": db.Limits(1)}) == ["c: at most 1 running"]
     assert store.sync_limits({"a": None}) == ["a: no limit"]
-    assert store.limits() == {"c": 1}
+    assert store.limits() == {"c": db.Limits(1)}
     assert _lanes(sql) == {"a": False, "b": False}
 
 
@@ -43,32 +44,32 @@ def test_a_reroute_waits_for_no_open_transaction_longer_than_its_timeout(databas
     producer = psycopg2.connect(database_url)
     producer.cursor().execute("INSERT INTO job_queue (kind) VALUES ('a')")
     with pytest.raises(psycopg2.errors.LockNotAvailable):
-        store.sync_limits({"a": 1})
+        store.sync_limits({"a": db.Limits(1)})
     assert store.limits() == {}  # nothing half-done
     producer.commit()
     producer.close()
-    assert store.sync_limits({"a": 1}) == ["a: at most 1 running"]
+    assert store.sync_limits({"a": db.Limits(1)}) == ["a: at most 1 running"]
     assert store.conn.autocommit
 
 
 def test_a_sync_finding_another_at_it_does_not_wait(database_url, store):
     other = psycopg2.connect(database_url)
     other.cursor().execute("SELECT pg_advisory_xact_lock(hashtext('motir_supervisor.limits_sync'))")
-    assert store.sync_limits({"a": 1}) is None
+    assert store.sync_limits({"a": db.Limits(1)}) is None
     other.rollback()
     other.close()
-    assert store.sync_limits({"a": 1}) == ["a: at most 1 running"]
+    assert store.sync_limits({"a": db.Limits(1)}) == ["a: at most 1 running"]
 
 
 def test_a_row_takes_its_kinds_lane_however_it_arrives(sql, store):
-    store.sync_limits({"a": 1})
+    store.sync_limits({"a": db.Limits(1)})
     # The client's own value does not count.
     sql.rows("INSERT INTO job_queue (kind, limited) VALUES ('a', false), ('b', true)")
     assert _lanes(sql) == {"a": True, "b": False}
     # A finished row of a kind limited since goes back by its kind's lane.
     old = sql.value("INSERT INTO job_queue (kind, state, finished_at)"
                     " VALUES ('c', 'failed', now()) RETURNING id")
-    store.sync_limits({"c": 1})
+    store.sync_limits({"c": db.Limits(1)})
     assert not sql.value("SELECT limited FROM job_queue WHERE id = %s", (old,))
     store.retry_job(old)
     assert sql.value("SELECT limited FROM job_queue WHERE id = %s", (old,))
@@ -85,7 +86,7 @@ def test_a_row_takes_its_kinds_lane_however_it_arrives(sql, store):
 
 
 def test_the_limited_claim_takes_only_free_slots_and_the_regular_claim_none(sql, store):
-    store.sync_limits({"a": 2})
+    store.sync_limits({"a": db.Limits(2)})
     sql.rows("INSERT INTO job_queue (kind, priority) SELECT 'a', -g FROM generate_series(1, 5) g")
     sql.rows("INSERT INTO job_queue (kind) VALUES ('b'), ('b')")
     jobs, _ = store.claim_due_jobs("c", 10, 30, None)
@@ -106,7 +107,7 @@ def test_the_limited_claim_takes_only_free_slots_and_the_regular_claim_none(sql,
 
 
 def test_a_limited_claim_short_of_room_says_more_could_run(sql, store):
-    store.sync_limits({"a": 3})
+    store.sync_limits({"a": db.Limits(3)})
     sql.rows("INSERT INTO job_queue (kind) SELECT 'a' FROM generate_series(1, 5)")
     jobs, more = store.claim_limited_jobs("c", 2, 30, None)
     assert len(jobs) == 2 and more  # a third slot is free, and a job for it
@@ -115,7 +116,7 @@ def test_a_limited_claim_short_of_room_says_more_could_run(sql, store):
 
 
 def test_a_freed_slot_wakes_the_workers(sql, store, database_url):
-    store.sync_limits({"a": 1})
+    store.sync_limits({"a": db.Limits(1)})
     sql.rows("INSERT INTO job_queue (kind) VALUES ('a'), ('a')")
     (job,), _ = store.claim_limited_jobs("c", 1, 30, None)
     listener = psycopg2.connect(database_url)
@@ -127,14 +128,14 @@ def test_a_freed_slot_wakes_the_workers(sql, store, database_url):
     # be in any of them.
     assert [n.payload for n in listener.notifies] == [db.ANY_QUEUE]
     listener.notifies.clear()
-    store.sync_limits({"a": 2})  # a raised limit frees a slot too
+    store.sync_limits({"a": db.Limits(2)})  # a raised limit frees a slot too
     wait_until(lambda: listener.poll() or listener.notifies, 5, message="a notification")
     assert [n.payload for n in listener.notifies] == [db.ANY_QUEUE]
     listener.close()
 
 
 def test_the_limited_claim_walks_its_own_index(sql, store):
-    store.sync_limits({"a": 3})
+    store.sync_limits({"a": db.Limits(3)})
     sql.rows("INSERT INTO job_queue (kind) SELECT 'a' FROM generate_series(1, 20000)")
     sql.rows("INSERT INTO job_queue (kind) SELECT 'b' FROM generate_series(1, 20000)")
     sql.rows("ANALYZE job_queue")
@@ -142,7 +143,8 @@ def test_the_limited_claim_walks_its_own_index(sql, store):
     sql.rows("SET plan_cache_mode = force_generic_plan")
     sql.rows(prepare)
     plan = "\n".join(r[0] for r in sql.rows(
-        "EXPLAIN " + execute, {"claimant": "c", "limit": 8, "lease_seconds": 30, "queues": None}))
+        "EXPLAIN " + execute,
+        {"claimant": "c", "limit": 8, "free": 8, "lease_seconds": 30, "queues": None}))
     assert "job_queue_limited" in plan and "Seq Scan on job_queue " not in plan, plan
 
 
@@ -197,7 +199,7 @@ def _race_limited_claims(sql, url, variant):
     sql.rows("TRUNCATE test_executions")
     sql.rows("DELETE FROM job_queue")
     store = db.JobStore(url)
-    store.sync_limits({"a": THROTTLED_MAX_RUNNING})
+    store.sync_limits({"a": db.Limits(THROTTLED_MAX_RUNNING)})
     store.close()
     sql.rows("INSERT INTO job_queue (kind) SELECT 'a' FROM generate_series(1, %s)", (RACE_JOBS,))
     race(_claim_and_hold, RACERS, url, variant)

@@ -19,7 +19,7 @@ SPEC_COLUMNS = {
     "created_at": "timestamp with time zone", "finished_at": "timestamp with time zone",
     "checkpoint": "jsonb", "started_at": "timestamp with time zone",
     "cancel_requested": "boolean", "priority": "smallint", "unique_key": "text",
-    "limited": "boolean",
+    "limited": "boolean", "concurrency_key": "text", "parked": "boolean",
 }
 
 
@@ -230,7 +230,8 @@ def test_a_store_prepares_its_hot_statements_unless_told_not_to(database_url, pr
 
 # The Prisma models of docs/job-model.md are what the web app maps the tables with.
 PRISMA_TYPES = {"BigInt": "bigint", "String": "text", "Json": "jsonb", "Int": "integer",
-                "Boolean": "boolean", "DateTime": "timestamp without time zone"}
+                "Boolean": "boolean", "DateTime": "timestamp without time zone",
+                "Float": "double precision"}
 PRISMA_NATIVE = {"@db.Timestamptz": "timestamp with time zone", "@db.SmallInt": "smallint"}
 
 

@@ -5,7 +5,7 @@ those of tests/apps/handlers_under_test.py."""
 import pytest
 
 import tests.apps.handlers_under_test as app
-from motir_supervisor import testing
+from motir_supervisor import db, testing
 
 pytestmark = pytest.mark.usefixtures("handler_runs")
 
@@ -60,7 +60,7 @@ def test_drain_stops_at_max_jobs_and_refuses_unknown_kinds(store, sql):
 
 
 def test_drain_claims_limited_kinds_within_their_limit(store, sql):
-    store.sync_limits({"helper_limited": 1})
+    store.sync_limits({"helper_limited": db.Limits(1)})
     ids = [store.enqueue("helper_limited", {"n": n})[0] for n in range(2)]
     assert sql.value("SELECT bool_and(limited) FROM job_queue") is True
     outcomes = testing.drain(store)

@@ -130,3 +130,31 @@ def test_a_generator_function_is_refused_as_a_handler_naming_its_kind():
         with pytest.raises(TypeError, match="'unit_generator'.*generator function"):
             registry.job("unit_generator")(handler)
     assert "unit_generator" not in registry.registered_kinds()
+
+
+@pytest.mark.parametrize("limits, message", [
+    ({"max_running": 0}, "max_running of 'flow_bad' must be a whole number of at least 1"),
+    ({"max_running_per_key": True}, "max_running_per_key of 'flow_bad' must be a whole number"),
+    ({"max_running_per_key": 1.5}, "max_running_per_key of 'flow_bad' must be a whole number"),
+    ({"rate_limit": 100}, "rate_limit of 'flow_bad' must be \\(starts, seconds\\)"),
+    ({"rate_limit": (0, 60)}, "rate_limit of 'flow_bad' must be"),
+    ({"rate_limit": (10, 0)}, "rate_limit of 'flow_bad' must be"),
+    ({"rate_limit": (10, float("inf"))}, "rate_limit of 'flow_bad' must be"),
+])
+def test_a_bad_limit_is_refused_at_import_naming_the_kind(limits, message):
+    with pytest.raises(ValueError, match=message):
+        registry.job("flow_bad", **limits)
+
+
+def test_the_registry_limits_name_every_kind_and_none_for_a_kind_without_any():
+    @registry.job("flow_keyed", max_running_per_key=2, rate_limit=(100, 60))
+    def keyed(j):
+        return None
+
+    @registry.job("flow_plain")
+    def plain(j):
+        return None
+
+    found = registry.limits()
+    assert found["flow_keyed"] == (None, 2, 100, 60.0)
+    assert found["flow_plain"] is None

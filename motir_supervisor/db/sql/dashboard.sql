@@ -15,7 +15,9 @@ SELECT set_config('statement_timeout', %(timeout)s, false);
 WITH unfinished AS (
     SELECT queue, state, run_at FROM job_queue WHERE state = 'pending' AND NOT limited
     UNION ALL
-    SELECT queue, state, run_at FROM job_queue WHERE state = 'pending' AND limited
+    SELECT queue, state, run_at FROM job_queue WHERE state = 'pending' AND limited AND NOT parked
+    UNION ALL
+    SELECT queue, state, run_at FROM job_queue WHERE state = 'pending' AND parked
     UNION ALL
     SELECT queue, state, run_at FROM job_queue WHERE state = 'running'
     UNION ALL

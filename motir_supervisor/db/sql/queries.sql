@@ -122,26 +122,37 @@ ORDER BY priority, run_at, id;
 -- when one is due already): an idle worker sleeps no longer than that. The
 -- database's clock decides, so a skewed worker clock does not matter. A
 -- paused queue's jobs are not waited for: `resume` wakes the workers. Nor
--- are the jobs of a limited kind at its limit: a slot of it that frees
--- wakes the workers (migrations/0004). Both lanes are walked one priority
--- at a time, as the claims do: the earliest run_at of each priority is the
--- first entry of its range of the index. The second
--- column says whether any kind is limited, so that a worker knows whether
--- to run claim_limited_jobs at all.
+-- are the jobs of a limited kind at its max_running, nor those of a full
+-- key (parked, or among the first rows of the kind's lane): a slot of
+-- either that frees wakes the workers (migrations/0004). A rate-limited kind's jobs are waited for until its
+-- next allowance, when the oldest start that keeps it full leaves its
+-- window. Both lanes are walked one priority at a time, as the claims do:
+-- the earliest run_at of each priority is the first entry of its range of
+-- the index. The second column says whether any kind is limited, so that a
+-- worker knows whether to run claim_limited_jobs at all.
 WITH RECURSIVE priorities AS (
     SELECT priority FROM job_queue_priorities
 ), lanes AS (
-    SELECT l.kind,
+    SELECT l.kind, l.max_running_per_key AS per_key,
            (SELECT min(q.priority) FROM job_queue AS q
-            WHERE q.state = 'pending' AND q.limited AND q.kind = l.kind) AS priority
+            WHERE q.state = 'pending' AND q.limited AND NOT q.parked AND q.kind = l.kind) AS priority,
+           (SELECT s.started_at + make_interval(secs => l.rate_seconds)
+            FROM job_queue_starts AS s
+            WHERE s.kind = l.kind
+              AND s.started_at > clock_timestamp() - make_interval(secs => l.rate_seconds)
+            ORDER BY s.started_at DESC
+            OFFSET l.rate_limit - 1
+            LIMIT 1) AS allowed_at
     FROM job_queue_limits AS l
-    WHERE l.max_running > (SELECT count(*) FROM job_queue AS r
+    WHERE l.max_running IS NULL
+       OR l.max_running > (SELECT count(*) FROM job_queue AS r
                            WHERE r.state = 'running' AND r.limited AND r.kind = l.kind)
     UNION ALL
-    SELECT lanes.kind,
+    SELECT lanes.kind, lanes.per_key,
            (SELECT min(q.priority) FROM job_queue AS q
-            WHERE q.state = 'pending' AND q.limited AND q.kind = lanes.kind
-              AND q.priority > lanes.priority)
+            WHERE q.state = 'pending' AND q.limited AND NOT q.parked AND q.kind = lanes.kind
+              AND q.priority > lanes.priority),
+           lanes.allowed_at
     FROM lanes
     WHERE lanes.priority IS NOT NULL
 )
@@ -155,13 +166,23 @@ SELECT extract(epoch FROM least(
                                OR q.queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))))
             FROM priorities AS p
             WHERE p.priority IS NOT NULL),
-           (SELECT min((SELECT min(q.run_at)
-                        FROM job_queue AS q
-                        WHERE q.state = 'pending' AND q.limited
-                          AND q.kind = lanes.kind AND q.priority = lanes.priority
-                          AND (%(queues)s::text[] IS NULL OR q.queue = ANY(%(queues)s::text[]))
-                          AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
-                               OR q.queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))))
+           (SELECT min((SELECT greatest(min(first.run_at), lanes.allowed_at)
+                        FROM (SELECT q.run_at, q.concurrency_key
+                              FROM job_queue AS q
+                              WHERE q.state = 'pending' AND q.limited AND NOT q.parked
+                                AND q.kind = lanes.kind AND q.priority = lanes.priority
+                                AND (%(queues)s::text[] IS NULL OR q.queue = ANY(%(queues)s::text[]))
+                                AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
+                                     OR q.queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
+                              ORDER BY q.run_at, q.id
+                              LIMIT 64) AS first
+                        WHERE lanes.per_key IS NULL OR first.concurrency_key IS NULL
+                           OR lanes.per_key > (SELECT count(*) FROM job_queue AS r
+                                               WHERE r.state = 'running'
+                                                 AND r.concurrency_key IS NOT NULL
+                                                 AND r.kind = lanes.kind
+                                                 AND r.concurrency_key = first.concurrency_key)
+                        HAVING min(first.run_at) IS NOT NULL))
             FROM lanes
             WHERE lanes.priority IS NOT NULL))
        - clock_timestamp())::float8,
@@ -180,67 +201,169 @@ SET LOCAL jit = off;
 SELECT pg_advisory_xact_lock(hashtext('motir_supervisor.limited_claims'));
 
 -- claim_limited_jobs --
--- The claim of the jobs of limited kinds (`@job(max_running=N)`, see
--- migrations/0004), never more than a kind's max_running running at once
--- across every worker of every supervisor. Why it cannot overshoot:
+-- The claim of the jobs of limited kinds (migrations/0004 and 0007): never
+-- more than a kind's max_running running at once, never more than its
+-- max_running_per_key running at once with one concurrency_key, and never
+-- more than its rate_limit starts in any window of its rate_seconds, across
+-- every worker of every supervisor. Why none can overshoot:
 --
 -- * Only this statement claims a limited job. The regular claim takes only
 --   rows that are not `limited`, and the database keeps that column true
---   on every pending and running row of a limited kind: the route triggers
---   for rows inserted or retried, sync_limits for the rows already there
---   when a limit appears.
+--   on every pending and running row a limit applies to: the route triggers
+--   for rows inserted, retried or given another kind or key, sync_limits
+--   for the rows already there when a limit appears.
 -- * This statement runs only after lock_limited_claims, an earlier
 --   statement of its transaction. So limited claims run one at a time,
 --   fleet-wide, and under READ COMMITTED each statement takes its snapshot
 --   when it starts: this one's sees every earlier limited claim committed.
--- * It counts the kind's running rows in that snapshot. No row starts
---   running that it does not see (only a limited claim starts one, and none
---   runs beside it); a row that stopped running since is still counted,
---   which only leaves a slot for the next claim (the slot's notification
---   brings it). So it takes at most max_running minus those running.
+-- * A slot is a running row, counted in that snapshot: the kind's, or the
+--   key's. No row starts running that it does not see (only a limited
+--   claim starts one, and none runs beside it); a row that stopped running
+--   since is still counted, which only leaves a slot for the next claim
+--   (the slot's notification brings it). A slot is freed by the row's own
+--   change of state, which happens once however the run ends (an outcome,
+--   a dead worker settled, a lease taken over, a drain); a cut-off worker's
+--   late outcome is fenced on its claim and changes nothing. So nothing can
+--   free a slot twice.
+-- * A start is a row of job_queue_starts, stamped with one clock reading
+--   taken after the lock, and written with the claim. The claim counts the
+--   starts of the last rate_seconds and takes at most rate_limit minus
+--   them. For any window of rate_seconds, the last claim that started a job
+--   in it saw every earlier start of the window and counted its own, so the
+--   window holds at most rate_limit. A retry is a new claim, hence a start.
+-- * Rows of one key are ranked together, so this claim itself takes no
+--   more than the key's free slots, whichever index it found them through.
 --
 -- The lock could not be taken inside this statement: its snapshot would be
 -- older than the lock, and would miss a claim committed while it waited
 -- (tests/integration/test_limits.py and tests/e2e/test_limits.py keep that
 -- variant as a negative control, and it overshoots).
 --
--- The lock serialises only the limited claims, each well under a
--- millisecond; workers run one only when a limited job may be due (see
--- Producer.claim_while_room in worker/producer.py), and only for the slots they have free, so a limited job never
--- holds a slot of its kind while it waits in a worker's reserve.
+-- The lock serialises only the limited claims; workers run one only when a
+-- limited job may be due (see Producer.claim_while_room in
+-- worker/producer.py). A kind with max_running or a rate limit is claimed
+-- only for the worker's free slots (%(free)s): one waiting in a worker's
+-- reserve would hold a slot of the whole kind, or a start, while it does
+-- not run. A kind limited per key only is claimed for the reserve too (up
+-- to %(limit)s): such a job holds only its own key's slot, for as long as
+-- the jobs ahead of it in that worker take.
 --
--- Each kind's pending rows are walked one priority at a time, as the
--- regular claim does, up to the kind's free slots; the kinds' due rows then
--- go by priority, run_at and id, up to the limit. more_due: more could run
--- than this claim took.
-WITH RECURSIVE free AS (
-    SELECT l.kind,
-           l.max_running - (SELECT count(*) FROM job_queue AS r
-                            WHERE r.state = 'running' AND r.limited AND r.kind = l.kind) AS slots
+-- Where the rows come from:
+-- * The lane (job_queue_limited), each kind's pending rows one priority at
+--   a time in due order, as the regular claim walks its own: up to what the
+--   kind may take and one more (more_due), twice that for a kind limited
+--   per key, whose rows of full keys are passed over.
+-- * The parked rows (job_queue_parked), by key: the walk hops from the key
+--   after the kind's key_cursor to the next, round to the first, until it
+--   has found as many keys with room as the kind may take or looked at a
+--   few dozen more, and takes each key's free slots' worth in due order;
+--   the next claim goes on where it stopped, so every key gets its turn. A
+--   full key it passes costs one probe, and few keys are full at a time: a
+--   full key has running rows.
+-- A key with many rows beyond its room in the lane is parked as a whole
+-- (see clogged), so that no later claim reads its backlog again.
+-- The rows then go by priority, run_at and id, up to the limit.
+-- more_due: more could run than this claim took, or it parked rows or cut
+-- its walk of the keys short; it comes back even when nothing was claimed.
+WITH RECURSIVE clock AS MATERIALIZED (
+    SELECT clock_timestamp() AS now
+), kinds AS MATERIALIZED (
+    -- slots: what the kind may still start, fleet-wide; more than the
+    -- claim could take for a kind limited per key only.
+    SELECT l.kind, l.max_running_per_key AS per_key, l.key_cursor, l.rate_limit,
+           l.rate_seconds, l.max_running IS NOT NULL OR l.rate_limit IS NOT NULL AS strict,
+           coalesce(least(l.max_running - (SELECT count(*) FROM job_queue AS r
+                                           WHERE r.state = 'running' AND r.limited
+                                             AND r.kind = l.kind),
+                          l.rate_limit - (SELECT count(*) FROM job_queue_starts AS s, clock AS c
+                                          WHERE s.kind = l.kind
+                                            AND s.started_at > c.now - make_interval(
+                                                secs => l.rate_seconds))),
+                    %(limit)s::integer + 1) AS slots
     FROM job_queue_limits AS l
 ), lanes AS (
-    SELECT f.kind, f.slots,
+    SELECT k.kind, k.slots, k.per_key,
            (SELECT min(q.priority) FROM job_queue AS q
-            WHERE q.state = 'pending' AND q.limited AND q.kind = f.kind) AS priority
-    FROM free AS f
-    WHERE f.slots > 0
+            WHERE q.state = 'pending' AND q.limited AND NOT q.parked AND q.kind = k.kind) AS priority
+    FROM kinds AS k
+    WHERE k.slots > 0
     UNION ALL
-    SELECT lanes.kind, lanes.slots,
+    SELECT lanes.kind, lanes.slots, lanes.per_key,
            (SELECT min(q.priority) FROM job_queue AS q
-            WHERE q.state = 'pending' AND q.limited AND q.kind = lanes.kind
+            WHERE q.state = 'pending' AND q.limited AND NOT q.parked AND q.kind = lanes.kind
               AND q.priority > lanes.priority)
     FROM lanes
     WHERE lanes.priority IS NOT NULL
+), walk AS (
+    -- One row per key looked at, from the key after the kind's key_cursor
+    -- to the last, then from the first round to where it began: its room,
+    -- and how many keys with room were found up to it. The walk stops once
+    -- those fill what the kind may take, or a few dozen keys later.
+    SELECT k.kind, k.per_key, k.slots, k.key_cursor AS start, step.key, step.wrapped,
+           room.room, (room.room > 0)::integer AS found, 1 AS visits
+    FROM kinds AS k
+    CROSS JOIN LATERAL (
+        SELECT min(p.concurrency_key) AS key FROM job_queue AS p
+        WHERE p.state = 'pending' AND p.parked AND p.kind = k.kind
+          AND p.concurrency_key > coalesce(k.key_cursor, '')
+    ) AS after
+    CROSS JOIN LATERAL (
+        SELECT coalesce(after.key, CASE WHEN k.key_cursor IS NOT NULL THEN (
+                   SELECT min(p.concurrency_key) FROM job_queue AS p
+                   WHERE p.state = 'pending' AND p.parked AND p.kind = k.kind
+                     AND p.concurrency_key > '') END) AS key,
+               after.key IS NULL AS wrapped
+    ) AS step
+    CROSS JOIN LATERAL (
+        SELECT k.per_key - count(*) AS room
+        FROM (SELECT FROM job_queue AS r
+              WHERE r.state = 'running' AND r.concurrency_key IS NOT NULL
+                AND r.kind = k.kind AND r.concurrency_key = step.key
+              LIMIT k.per_key) AS running
+    ) AS room
+    WHERE k.slots > 0 AND k.per_key IS NOT NULL
+    UNION ALL
+    SELECT w.kind, w.per_key, w.slots, w.start, step.key, step.wrapped, room.room,
+           w.found + (room.room > 0)::integer, w.visits + 1
+    FROM walk AS w
+    CROSS JOIN LATERAL (
+        SELECT min(p.concurrency_key) AS key FROM job_queue AS p
+        WHERE p.state = 'pending' AND p.parked AND p.kind = w.kind
+          AND p.concurrency_key > w.key
+    ) AS after
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN NOT w.wrapped AND after.key IS NULL AND w.start IS NOT NULL THEN (
+                        SELECT min(p.concurrency_key) FROM job_queue AS p
+                        WHERE p.state = 'pending' AND p.parked AND p.kind = w.kind
+                          AND p.concurrency_key > '')
+                    -- Round again to where it began: done.
+                    WHEN (w.wrapped OR after.key IS NULL) AND after.key > w.start THEN NULL
+                    ELSE after.key END AS key,
+               w.wrapped OR after.key IS NULL AS wrapped
+    ) AS step
+    CROSS JOIN LATERAL (
+        SELECT w.per_key - count(*) AS room
+        FROM (SELECT FROM job_queue AS r
+              WHERE r.state = 'running' AND r.concurrency_key IS NOT NULL
+                AND r.kind = w.kind AND r.concurrency_key = step.key
+              LIMIT w.per_key) AS running
+    ) AS room
+    WHERE w.key IS NOT NULL
+      AND NOT (w.wrapped AND w.key >= w.start)
+      AND w.found < least(w.slots, %(limit)s)
+      AND w.visits < least(w.slots, %(limit)s) + 32
 ), candidates AS (
-    SELECT due.id, due.priority, due.run_at, lanes.slots,
-           row_number() OVER (PARTITION BY lanes.kind
-                              ORDER BY due.priority, due.run_at, due.id) AS place
+    -- A kind limited per key reads twice what it may take, since rows of
+    -- keys without room are passed over.
+    SELECT due.id, lanes.kind, due.concurrency_key AS key, due.priority, due.run_at,
+           false AS was_parked, NULL::bigint AS walk_room
     FROM lanes
     CROSS JOIN LATERAL (
-        SELECT id, priority, run_at
+        SELECT id, concurrency_key, priority, run_at
         FROM job_queue
         WHERE state = 'pending'
           AND limited
+          AND NOT parked
           AND kind = lanes.kind
           AND priority = lanes.priority
           AND run_at <= now()
@@ -248,35 +371,131 @@ WITH RECURSIVE free AS (
           AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
                OR queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
         ORDER BY run_at, id
-        -- No lane locks more rows than the claim could take, and one more
-        -- to tell whether more could run (more_due).
-        LIMIT least(lanes.slots, %(limit)s + 1)
+        LIMIT least(lanes.slots, %(limit)s) * CASE WHEN lanes.per_key IS NULL THEN 1 ELSE 2 END + 1
         FOR UPDATE SKIP LOCKED
     ) AS due
     WHERE lanes.priority IS NOT NULL
-), chosen AS (
-    SELECT id
-    FROM candidates
+    UNION ALL
+    SELECT due.id, w.kind, w.key, due.priority, due.run_at, true, w.room
+    FROM walk AS w
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at
+        FROM job_queue
+        WHERE state = 'pending'
+          AND parked
+          AND kind = w.kind
+          AND concurrency_key = w.key
+          AND run_at <= now()
+          AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+          AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
+               OR queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
+        ORDER BY priority, run_at, id
+        LIMIT w.room
+        FOR UPDATE SKIP LOCKED
+    ) AS due
+    WHERE w.key IS NOT NULL AND w.room > 0
+), ranked AS MATERIALIZED (
+    -- key_room: NULL where no per-key limit applies (no limit, or no key).
+    SELECT c.id, c.kind, c.key, c.priority, c.run_at, c.was_parked, k.slots, k.strict,
+           CASE WHEN c.walk_room IS NOT NULL THEN c.walk_room
+                WHEN k.per_key IS NOT NULL AND c.key IS NOT NULL THEN
+               k.per_key - (SELECT count(*)
+                            FROM (SELECT FROM job_queue AS r
+                                  WHERE r.state = 'running' AND r.concurrency_key IS NOT NULL
+                                    AND r.kind = c.kind AND r.concurrency_key = c.key
+                                  LIMIT k.per_key) AS running)
+           END AS key_room,
+           row_number() OVER (PARTITION BY c.kind, c.key
+                              ORDER BY c.priority, c.run_at, c.id) AS key_place
+    FROM candidates AS c
+    JOIN kinds AS k ON k.kind = c.kind
+), eligible AS (
+    SELECT id, priority, run_at, strict
+    FROM (SELECT id, priority, run_at, strict, slots,
+                 row_number() OVER (PARTITION BY kind ORDER BY priority, run_at, id) AS place
+          FROM ranked
+          WHERE key_room IS NULL OR key_place <= key_room) AS by_kind
     WHERE place <= slots
+), chosen AS (
+    -- The worker's free slots are shared by the strict kinds' rows.
+    SELECT id
+    FROM (SELECT id, priority, run_at, strict,
+                 row_number() OVER (PARTITION BY strict ORDER BY priority, run_at, id) AS place
+          FROM eligible) AS e
+    WHERE NOT strict OR place <= %(free)s
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
+), clogged AS (
+    -- Keys without room with many rows in what the lane showed this claim:
+    -- a deep backlog of one key, which every claim would read again. Their
+    -- rows leave the lane, all of them at once (up to a bound per claim),
+    -- and are found by key once it has room. A key with a few rows waiting
+    -- keeps them in the lane, where claims pass over them cheaply.
+    SELECT DISTINCT r.kind, r.key
+    FROM ranked AS r
+    WHERE NOT r.was_parked AND r.key_place > r.key_room + 16
+), parked_now AS (
+    UPDATE job_queue
+    SET parked = true
+    WHERE id = ANY(ARRAY(
+        SELECT q.id
+        FROM clogged AS c
+        CROSS JOIN LATERAL (
+            SELECT id FROM job_queue
+            WHERE state = 'pending' AND limited AND NOT parked
+              AND concurrency_key IS NOT NULL
+              AND kind = c.kind AND concurrency_key = c.key AND run_at <= now()
+              AND id <> ALL (ARRAY(SELECT id FROM chosen))
+            LIMIT 10000
+            FOR UPDATE SKIP LOCKED
+        ) AS q))
+    RETURNING id
 ), claimed AS (
-    -- The claim's write, as in claim_due_jobs: each claim stays one
-    -- statement, planned and prepared whole.
+    -- The claim's write, as in claim_due_jobs; started_at is the start the
+    -- rate limit counted.
     UPDATE job_queue AS j
     SET state = 'running',
+        parked = false,
         locked_by = %(claimant)s,
         lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_seconds)s),
         attempts = j.attempts + 1,
-        started_at = now()
+        started_at = (SELECT now FROM clock)
     WHERE j.id = ANY(ARRAY(SELECT id FROM chosen))
     RETURNING j.id, j.queue, j.kind, j.payload::text AS payload, j.attempts, j.max_attempts, j.checkpoint,
               j.priority, j.run_at
+), started AS (
+    INSERT INTO job_queue_starts (kind, started_at)
+    SELECT c.kind, clock.now
+    FROM claimed AS c
+    JOIN kinds AS k ON k.kind = c.kind
+    CROSS JOIN clock
+    WHERE k.rate_limit IS NOT NULL
+), forgotten AS (
+    -- Starts that left their window count no more.
+    DELETE FROM job_queue_starts AS s
+    USING kinds AS k, clock
+    WHERE s.kind = k.kind AND k.rate_limit IS NOT NULL
+      AND s.started_at <= clock.now - make_interval(secs => k.rate_seconds)
+), moved AS (
+    UPDATE job_queue_limits AS l
+    SET key_cursor = last.key
+    FROM (SELECT DISTINCT ON (kind) kind, key FROM walk ORDER BY kind, visits DESC) AS last
+    WHERE l.kind = last.kind AND l.key_cursor IS DISTINCT FROM last.key
+), more AS (
+    SELECT (SELECT count(*) FROM eligible) > (SELECT count(*) FROM chosen)
+           OR EXISTS (SELECT FROM clogged)
+           -- A walk that stopped before it had been round every key.
+           OR EXISTS (SELECT FROM walk AS w
+                      WHERE w.key IS NOT NULL AND (NOT w.wrapped OR w.key < w.start)
+                        AND NOT EXISTS (SELECT FROM walk AS later
+                                        WHERE later.kind = w.kind AND later.visits > w.visits))
+           AS more_due
 )
-SELECT id, queue, kind, payload, attempts, max_attempts, checkpoint, priority,
-       (SELECT count(*) FROM candidates WHERE place <= slots) > %(limit)s AS more_due
-FROM claimed
-ORDER BY priority, run_at, id;
+SELECT c.id, c.queue, c.kind, c.payload, c.attempts, c.max_attempts, c.checkpoint, c.priority,
+       m.more_due
+FROM more AS m
+LEFT JOIN claimed AS c ON true
+ORDER BY c.priority, c.run_at, c.id;
 
 -- renew_leases --
 -- Fenced on the claimant: a lease another process took over is not renewed,
@@ -465,7 +684,8 @@ RETURNING j.id, j.state;
 -- statement_timestamp(), not now(): in a transaction that has been open for
 -- a while, from the enqueue rather than from BEGIN.
 WITH inserted AS (
-    INSERT INTO job_queue (kind, payload, queue, run_at, priority, unique_key, max_attempts)
+    INSERT INTO job_queue (kind, payload, queue, run_at, priority, unique_key, max_attempts,
+                           concurrency_key)
     SELECT j.kind, j.payload, j.queue,
            coalesce(j.run_at, statement_timestamp() + make_interval(secs => j.delay_seconds)),
            j.priority, j.unique_key,
@@ -473,12 +693,14 @@ WITH inserted AS (
                     (SELECT pg_get_expr(d.adbin, d.adrelid)::integer
                      FROM pg_attrdef AS d
                      JOIN pg_attribute AS a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
-                     WHERE d.adrelid = 'job_queue'::regclass AND a.attname = 'max_attempts'))
+                     WHERE d.adrelid = 'job_queue'::regclass AND a.attname = 'max_attempts')),
+           j.concurrency_key
     FROM unnest(%(kind)s::text[], %(payload)s::jsonb[], %(queue)s::text[],
                 %(run_at)s::timestamptz[], %(delay_seconds)s::float8[],
-                %(priority)s::smallint[], %(unique_key)s::text[], %(max_attempts)s::integer[])
+                %(priority)s::smallint[], %(unique_key)s::text[], %(max_attempts)s::integer[],
+                %(concurrency_key)s::text[])
          WITH ORDINALITY AS j(kind, payload, queue, run_at, delay_seconds, priority, unique_key,
-                              max_attempts, position)
+                              max_attempts, concurrency_key, position)
     ORDER BY j.position
     ON CONFLICT (queue, unique_key)
         WHERE unique_key IS NOT NULL AND state IN ('pending', 'running') DO NOTHING
@@ -527,7 +749,9 @@ RETURNING id;
 SELECT kind, spec, last_instant FROM job_queue_schedules ORDER BY kind;
 
 -- limits --
-SELECT kind, max_running FROM job_queue_limits ORDER BY kind;
+SELECT kind, max_running, max_running_per_key, rate_limit, rate_seconds
+FROM job_queue_limits
+ORDER BY kind;
 
 -- lock_limits_sync --
 -- Workers of every supervisor write the limits of their registry when they
@@ -554,9 +778,15 @@ SET LOCAL lock_timeout = '100ms';
 LOCK TABLE job_queue IN SHARE ROW EXCLUSIVE MODE;
 
 -- set_limit --
-INSERT INTO job_queue_limits (kind, max_running) VALUES (%(kind)s, %(max_running)s)
-ON CONFLICT (kind) DO UPDATE SET max_running = excluded.max_running, updated_at = now()
-WHERE job_queue_limits.max_running <> excluded.max_running;
+INSERT INTO job_queue_limits AS l (kind, max_running, max_running_per_key, rate_limit, rate_seconds)
+VALUES (%(kind)s, %(max_running)s, %(max_running_per_key)s, %(rate_limit)s, %(rate_seconds)s)
+ON CONFLICT (kind) DO UPDATE
+    SET max_running = excluded.max_running, max_running_per_key = excluded.max_running_per_key,
+        rate_limit = excluded.rate_limit, rate_seconds = excluded.rate_seconds,
+        updated_at = now()
+    WHERE (l.max_running, l.max_running_per_key, l.rate_limit, l.rate_seconds)
+          IS DISTINCT FROM (excluded.max_running, excluded.max_running_per_key,
+                            excluded.rate_limit, excluded.rate_seconds);
 
 -- drop_limit --
 DELETE FROM job_queue_limits WHERE kind = %(kind)s;
@@ -569,17 +799,40 @@ DELETE FROM job_queue_limits WHERE kind = %(kind)s;
 ANALYZE job_queue_limits;
 
 -- route_kind --
--- The update names neither state nor kind: no trigger of job_queue fires.
+-- After the kind's limits changed (in this transaction): each pending and
+-- running row of the kind in the lane they now say, none of them parked.
+-- The update names neither state, kind nor key: no trigger of job_queue
+-- fires.
 UPDATE job_queue
-SET limited = %(limited)s
+SET limited = job_queue_limited(kind, concurrency_key),
+    parked = false
 WHERE kind = %(kind)s
   AND state IN ('pending', 'running')
-  AND limited <> %(limited)s;
+  AND (parked OR limited <> job_queue_limited(kind, concurrency_key));
 
 -- status_limits --
-SELECT l.kind, l.max_running,
+-- Each limited kind: its limits, its running and waiting jobs, its starts
+-- in the rate limit's window, and its busiest keys (the five with the most
+-- running, then waiting, jobs).
+SELECT l.kind, l.max_running, l.max_running_per_key, l.rate_limit, l.rate_seconds,
        (SELECT count(*) FROM job_queue AS r
-        WHERE r.state = 'running' AND r.limited AND r.kind = l.kind)
+        WHERE r.state = 'running' AND r.limited AND r.kind = l.kind) AS running,
+       (SELECT count(*) FROM job_queue AS w
+        WHERE w.state = 'pending' AND w.limited AND w.kind = l.kind) AS waiting,
+       (SELECT count(*) FROM job_queue_starts AS s
+        WHERE s.kind = l.kind
+          AND s.started_at > now() - make_interval(secs => l.rate_seconds)) AS recent_starts,
+       ARRAY(SELECT ARRAY[k.concurrency_key, k.running::text, k.waiting::text]
+             FROM (SELECT concurrency_key,
+                          count(*) FILTER (WHERE state = 'running') AS running,
+                          count(*) FILTER (WHERE state = 'pending') AS waiting
+                   FROM job_queue
+                   WHERE l.max_running_per_key IS NOT NULL
+                     AND kind = l.kind AND limited AND concurrency_key IS NOT NULL
+                     AND state IN ('pending', 'running')
+                   GROUP BY concurrency_key
+                   ORDER BY running DESC, waiting DESC, concurrency_key
+                   LIMIT 5) AS k) AS busiest_keys
 FROM job_queue_limits AS l
 ORDER BY l.kind;
 
@@ -688,7 +941,8 @@ SELECT extract(epoch FROM now() - least(
                    AND q.run_at <= now()))
      FROM priorities AS p WHERE p.priority IS NOT NULL),
     (SELECT min(run_at) FROM job_queue
-     WHERE state = 'pending' AND limited AND run_at <= now())));
+     WHERE state = 'pending' AND limited AND NOT parked AND run_at <= now()),
+    (SELECT min(run_at) FROM job_queue WHERE state = 'pending' AND parked)));
 
 -- status_running --
 SELECT id, queue, kind, attempts, locked_by,

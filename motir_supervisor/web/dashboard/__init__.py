@@ -139,8 +139,9 @@ def create_app(database_url: str, password: str) -> Flask:
     def queues() -> str:
         with lock:
             rows = store.queues(ended)
+            limits = store.limit_rows()
         peak = max([m["succeeded"] + m["failed"] for q in rows for m in q["minutes"]] or [0])
-        return render_template("queues.html", queues=rows, peak=max(peak, 1))
+        return render_template("queues.html", queues=rows, limits=limits, peak=max(peak, 1))
 
     @app.get("/jobs")
     def jobs() -> str:

@@ -126,6 +126,10 @@ class DashboardStore(db.JobStore):
     def running(self) -> list[dict[str, Any]]:
         return self._dicts("dashboard_running", {"limit": RUNNING_SHOWN})
 
+    def limit_rows(self) -> list[dict[str, Any]]:
+        """Each limited kind, as `status` shows it (see status_limits)."""
+        return self._dicts("status_limits")
+
     def schedule_rows(self) -> list[dict[str, Any]]:
         now = self.database_now().astimezone(datetime.timezone.utc)
         rows = []

@@ -1,0 +1,368 @@
+"""Per-key limits (`max_running_per_key`) and rate limits (`rate_limit`)
+against PostgreSQL: the lanes rows take, the limited claim by key and by
+window, parked rows, what an idle worker waits for, the claim's cost with
+many keys, and forked claimants racing, with a negative control for each
+limit that a naive claim overshoots."""
+
+import os
+import random
+import time
+
+import psycopg2
+import pytest
+
+from motir_supervisor import db
+from tests.helpers import race
+
+PER_KEY = db.Limits(max_running_per_key=1)
+
+
+def _insert(sql, kind, keys, **columns):
+    """One row of ``kind`` for each key given (None: no key), in that order."""
+    names = ", ".join(columns)
+    extra = "".join(f", %({name})s" for name in columns)
+    return [row[0] for row in sql.rows(
+        f"INSERT INTO job_queue (kind, concurrency_key{', ' + names if names else ''})"
+        f" SELECT %(kind)s, key{extra} FROM unnest(%(keys)s::text[]) WITH ORDINALITY AS k(key, n)"
+        " ORDER BY n RETURNING id", {"kind": kind, "keys": list(keys), **columns})]
+
+
+def _keys_of(sql, jobs):
+    return sorted(sql.value("SELECT array_agg(concurrency_key) FROM job_queue WHERE id = ANY(%s)",
+                            ([j.id for j in jobs],)) or [])
+
+
+def _finish(store, claimant, jobs):
+    store.record_outcomes(claimant, [db.Outcome(j.id) for j in jobs])
+
+
+# -- lanes -------------------------------------------------------------------------
+
+
+def test_only_rows_with_a_key_of_a_kind_limited_per_key_take_the_limited_lane(sql, store):
+    store.sync_limits({"a": PER_KEY, "b": db.Limits(max_running=2, max_running_per_key=1)})
+    _insert(sql, "a", ["k", None])
+    _insert(sql, "b", ["k", None])
+    lanes = sql.rows("SELECT kind, concurrency_key, limited FROM job_queue ORDER BY id")
+    # A key-less row of a kind limited per key only runs at the regular
+    # claim's speed; a kind limited as a whole keeps all its rows together.
+    assert lanes == [("a", "k", True), ("a", None, False), ("b", "k", True), ("b", None, True)]
+    # A key set later moves the row to the limited lane; its limit gone, back.
+    sql.rows("UPDATE job_queue SET concurrency_key = 'j'"
+             " WHERE kind = 'a' AND concurrency_key IS NULL")
+    assert sql.value("SELECT bool_and(limited) FROM job_queue WHERE kind = 'a'")
+    assert store.sync_limits({"a": None}) == ["a: no limit"]
+    assert not sql.value("SELECT bool_or(limited) FROM job_queue WHERE kind = 'a'")
+
+
+def test_an_empty_key_is_refused_by_the_database(sql, store):
+    with pytest.raises(psycopg2.errors.CheckViolation):
+        sql.rows("INSERT INTO job_queue (kind, concurrency_key) VALUES ('a', '')")
+
+
+# -- per key ------------------------------------------------------------------------
+
+
+def test_the_claim_takes_one_job_per_key_and_idle_workers_wait_for_a_key(sql, store):
+    store.sync_limits({"a": PER_KEY})
+    _insert(sql, "a", ["x", "x", "y", "x", "z", "y"])
+    jobs, more = store.claim_limited_jobs("c", 10, 30, None)
+    assert _keys_of(sql, jobs) == ["x", "y", "z"] and not more
+    assert store.claim_limited_jobs("c", 10, 30, None) == ([], False)
+    # The rows left wait for their keys: an idle worker waits for a slot's
+    # notification rather than look again.
+    assert store.seconds_until_next_due(None) == (None, True)
+    _finish(store, "c", [j for j in jobs if _keys_of(sql, [j]) == ["x"]])
+    assert store.seconds_until_next_due(None)[0] < 0
+    again, _ = store.claim_limited_jobs("c", 10, 30, None)
+    assert _keys_of(sql, again) == ["x"] and again[0].id == 2  # the key's oldest
+
+
+def test_a_deep_key_is_parked_and_found_by_key_when_it_has_room(sql, store):
+    store.sync_limits({"a": PER_KEY})
+    _insert(sql, "a", ["x"] * 40 + ["y"])
+    jobs, more = store.claim_limited_jobs("c", 10, 30, None)
+    # x's rows filled what the claim read: they are parked, and the claim
+    # says to look again, which finds y behind them.
+    assert _keys_of(sql, jobs) == ["x"] and more
+    assert sql.value("SELECT count(*) FROM job_queue WHERE parked") == 39
+    later, more = store.claim_limited_jobs("c", 10, 30, None)
+    assert _keys_of(sql, later) == ["y"] and not more
+    assert store.claim_limited_jobs("c", 10, 30, None) == ([], False)
+    assert store.seconds_until_next_due(None) == (None, True)
+    # x's slot frees (which notifies): the next claim finds x by its key.
+    _finish(store, "c", jobs)
+    again, _ = store.claim_limited_jobs("c", 10, 30, None)
+    assert [j.id for j in again] == [2]
+    assert not sql.value("SELECT parked FROM job_queue WHERE id = 2")
+
+
+def test_a_key_with_room_takes_up_to_its_limit_in_one_claim(sql, store):
+    store.sync_limits({"a": db.Limits(max_running_per_key=2)})
+    _insert(sql, "a", ["x"] * 5 + ["y"])
+    jobs, more = store.claim_limited_jobs("c", 10, 30, None)
+    assert _keys_of(sql, jobs) == ["x", "x", "y"] and not more
+    _finish(store, "c", jobs[:1])
+    assert len(store.claim_limited_jobs("c", 10, 30, None)[0]) == 1
+
+
+def test_a_kind_with_both_limits_keeps_both(sql, store):
+    store.sync_limits({"a": db.Limits(max_running=2, max_running_per_key=1)})
+    _insert(sql, "a", ["x", "x", "y", "z", None])
+    jobs, _ = store.claim_limited_jobs("c", 10, 30, None)
+    assert len(jobs) == 2 and len(set(_keys_of(sql, jobs))) == 2
+
+
+def test_keyless_rows_of_a_kind_limited_per_key_run_in_the_regular_lane(sql, store):
+    store.sync_limits({"a": PER_KEY})
+    _insert(sql, "a", [None, None, None])
+    assert len(store.claim_due_jobs("c", 10, 30, None)[0]) == 3
+
+
+def test_the_reserve_takes_per_key_jobs_but_never_kind_wide_ones(sql, store):
+    store.sync_limits({"a": PER_KEY, "b": db.Limits(max_running=10)})
+    _insert(sql, "a", ["1", "2", "3"])
+    _insert(sql, "b", [None, None, None])
+    # No free slot, room for three in the reserve: only per-key jobs.
+    jobs, more = store.claim_limited_jobs("c", 3, 30, None, free=0)
+    assert {j.kind for j in jobs} == {"a"} and len(jobs) == 3 and more
+    jobs, _ = store.claim_limited_jobs("c", 3, 30, None, free=2)
+    assert [j.kind for j in jobs] == ["b", "b"]
+
+
+def test_a_hot_key_delays_no_other_key(sql, store):
+    store.sync_limits({"a": PER_KEY})
+    _insert(sql, "a", ["hot", "hot", "cold"])
+    jobs, _ = store.claim_limited_jobs("c", 64, 30, None)
+    assert _keys_of(sql, jobs) == ["cold", "hot"]
+    _insert(sql, "a", ["warm"])
+    sql.rows("ANALYZE job_queue")
+    shallow = _claim_buffers(sql)
+    # While hot runs, 50,000 more of it arrive, then a job of another key.
+    sql.rows("INSERT INTO job_queue (kind, concurrency_key)"
+             " SELECT 'a', 'hot' FROM generate_series(1, 50000)")
+    _insert(sql, "a", ["late"])
+    claims: list[list[str]] = []
+    while "late" not in sum(claims, []) and len(claims) < 20:
+        claims.append(_keys_of(sql, store.claim_limited_jobs("c", 64, 30, None)[0]))
+    # The claims set hot's backlog aside 10,000 rows at a time, and the late
+    # key's job ran right after.
+    assert sum(claims, []) == ["warm", "late"] and len(claims) <= 7, claims
+    sql.rows("ANALYZE job_queue")
+    _insert(sql, "a", ["later"])
+    # Now a claim reads what it read with hot's backlog a single job deep.
+    deep = _claim_buffers(sql)
+    assert deep < shallow * 2 + 50, (shallow, deep)
+
+
+def _claim_buffers(sql):
+    """The pages one limited claim touches, claiming as the workers do."""
+    prepare, execute = db.prepared_form("claim_limited_jobs")
+    sql.rows("DEALLOCATE ALL")
+    sql.rows("BEGIN")
+    try:
+        sql.rows(db.QUERIES["lock_limited_claims"])
+        sql.rows(prepare)
+        plan = "\n".join(r[0] for r in sql.rows(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT TEXT) " + execute,
+            {"claimant": "probe", "limit": 64, "free": 64, "lease_seconds": 30, "queues": None}))
+    finally:
+        sql.rows("ROLLBACK")
+    first = plan.splitlines()[0:6]
+    hits = [int(n) for line in plan.splitlines() if "Buffers:" in line
+            for n in __import__("re").findall(r"(?:hit|read|dirtied|written)=(\d+)", line)]
+    assert hits, first
+    return max(hits)
+
+
+def test_a_claims_cost_stays_flat_with_many_keys(sql, store):
+    store.sync_limits({"a": PER_KEY})
+    sql.rows("INSERT INTO job_queue (kind, concurrency_key)"
+             " SELECT 'a', 'k' || g FROM generate_series(1, 1000) g")
+    sql.rows("ANALYZE job_queue")
+    few = _claim_buffers(sql)
+    sql.rows("INSERT INTO job_queue (kind, concurrency_key)"
+             " SELECT 'a', 'k' || g FROM generate_series(1001, 100000) g")
+    sql.rows("ANALYZE job_queue")
+    many = _claim_buffers(sql)
+    assert many < few * 1.5 + 20, (few, many)
+
+
+def test_the_walk_of_parked_keys_gives_every_key_its_turn(sql, store):
+    store.sync_limits({"a": PER_KEY})
+    keys = [f"k{n:03}" for n in range(60)]
+    _insert(sql, "a", keys)
+    sql.rows("UPDATE job_queue SET parked = true")  # as a clogged lane leaves them
+    seen: list[str] = []
+    claims = 0
+    while len(seen) < 60 and claims < 20:
+        jobs, _ = store.claim_limited_jobs("c", 4, 30, None)
+        claims += 1
+        seen += _keys_of(sql, jobs)
+        _finish(store, "c", jobs)
+    # At most four at a time, each claim going on where the last one
+    # stopped: every key once before any key twice.
+    assert sorted(seen) == keys and claims <= 16, (claims, seen)
+
+
+def test_a_row_parked_then_cancelled_and_retried_still_runs(sql, store):
+    store.sync_limits({"a": PER_KEY})
+    (parked,) = _insert(sql, "a", ["x"])
+    sql.rows("UPDATE job_queue SET parked = true")
+    store.cancel_job(parked)
+    store.retry_job(parked)
+    assert [j.id for j in store.claim_limited_jobs("c", 10, 30, None)[0]] == [parked]
+
+
+def test_a_parked_key_with_room_is_found_whatever_the_lane_holds(sql, store):
+    store.sync_limits({"a": PER_KEY})
+    (parked,) = _insert(sql, "a", ["x"])
+    sql.rows("UPDATE job_queue SET parked = true")
+    _insert(sql, "a", [f"k{n}" for n in range(20)])
+    jobs, _ = store.claim_limited_jobs("c", 4, 30, None)
+    assert parked in [j.id for j in jobs]
+
+
+# -- rate limits ----------------------------------------------------------------------
+
+
+def test_a_rate_limited_kind_starts_at_most_n_per_window_and_says_when_the_next_comes(sql, store):
+    store.sync_limits({"r": db.Limits(rate_limit=3, rate_seconds=1.0)})
+    _insert(sql, "r", [None] * 10)
+    jobs, more = store.claim_limited_jobs("c", 10, 30, None)
+    assert len(jobs) == 3 and not more
+    _finish(store, "c", jobs)
+    assert store.claim_limited_jobs("c", 10, 30, None) == ([], False)
+    # An idle worker sleeps until the oldest start leaves the window.
+    wait, _ = store.seconds_until_next_due(None)
+    assert 0.5 < wait <= 1.0
+    time.sleep(wait + 0.01)
+    assert len(store.claim_limited_jobs("c", 10, 30, None)[0]) == 3
+    # The starts of past windows are forgotten by the claims.
+    assert sql.value("SELECT count(*) FROM job_queue_starts") == 3
+
+
+def test_a_retry_is_a_start(sql, store):
+    store.sync_limits({"r": db.Limits(rate_limit=2, rate_seconds=60.0)})
+    _insert(sql, "r", [None, None])
+    (first, second), _ = store.claim_limited_jobs("c", 10, 30, None)
+    store.record_outcomes("c", [db.Outcome(first.id, error="boom", retry_in_seconds=0)])
+    _finish(store, "c", [second])
+    assert store.claim_limited_jobs("c", 10, 30, None) == ([], False)
+
+
+# -- races ------------------------------------------------------------------------------
+
+RACERS = 6
+KEYS = 6
+PER_KEY_JOBS = 72
+RATE = (4, 0.25)
+RATE_JOBS = 40
+#: Naive per-key claims: the limit taken for the room of every key, whatever
+#: of it runs already.
+NO_KEY_CHECK = db.QUERIES["claim_limited_jobs"].replace(
+    "WHERE key_room IS NULL OR key_place <= key_room", "WHERE key_place <= 1").replace(
+    "- count(*) AS room", "+ 0 * count(*) AS room")
+assert NO_KEY_CHECK.count("+ 0 * count(*) AS room") == 2
+
+
+def _claim_and_hold(url, variant, barrier):
+    """Claim limited jobs until none is left, recording each run's span
+    strictly inside the time its row was running, and its start as the
+    claim stamped it."""
+    if variant == "no lock":
+        db.QUERIES["lock_limited_claims"] = "SELECT 1;"
+    if variant == "no key check":
+        db.QUERIES["claim_limited_jobs"] = NO_KEY_CHECK
+    claimant = f"racer-{os.getpid()}"
+    store = db.JobStore(url, prepare=False)
+    log = psycopg2.connect(url)
+    log.autocommit = True
+    cur = log.cursor()
+    store.conn
+    barrier.wait()
+    while True:
+        jobs, _ = store.claim_limited_jobs(claimant, 3, 30, None)
+        if not jobs:
+            cur.execute("SELECT count(*) FROM job_queue WHERE state = 'pending'")
+            if cur.fetchone()[0] == 0:
+                break
+            time.sleep(0.001)
+            continue
+        cur.execute("INSERT INTO test_executions (job_id, attempt, pid, checkpoint)"
+                    " SELECT id, attempts, %s, jsonb_build_object('key', concurrency_key,"
+                    " 'claimed_at', extract(epoch FROM started_at)) FROM job_queue"
+                    " WHERE id = ANY(%s) RETURNING execution_id",
+                    (os.getpid(), [j.id for j in jobs]))
+        executions = [row[0] for row in cur.fetchall()]
+        time.sleep(random.uniform(0.002, 0.012))
+        cur.execute("UPDATE test_executions SET finished_at = clock_timestamp()"
+                    " WHERE execution_id = ANY(%s)", (executions,))
+        store.record_outcomes(claimant, [db.Outcome(j.id) for j in jobs])
+    store.close()
+    log.close()
+
+
+def _most_per_key(sql):
+    """The most runs of one key open at one instant."""
+    spans = sql.rows("SELECT checkpoint->>'key', started_at, finished_at FROM test_executions")
+    events = sorted([(end, -1, key) for key, _, end in spans]
+                    + [(start, 1, key) for key, start, _ in spans])
+    running: dict[str, int] = {}
+    most = 0
+    for _, change, key in events:
+        running[key] = running.get(key, 0) + change
+        most = max(most, running[key])
+    return most
+
+
+def _race(sql, url, variant, limits, jobs):
+    sql.rows("TRUNCATE test_executions")
+    sql.rows("DELETE FROM job_queue")
+    sql.rows("DELETE FROM job_queue_starts")
+    store = db.JobStore(url)
+    store.sync_limits({"a": limits})
+    store.close()
+    sql.rows("INSERT INTO job_queue (kind, concurrency_key)"
+             " SELECT 'a', 'k' || (g %% %s) FROM generate_series(1, %s) g", (KEYS, jobs))
+    race(_claim_and_hold, RACERS, url, variant)
+    assert sql.value("SELECT count(*) FROM job_queue WHERE state = 'succeeded'") == jobs
+
+
+def _most_in_a_window(sql, seconds):
+    starts = sorted(float(s) for s, in sql.rows(
+        "SELECT checkpoint->>'claimed_at' FROM test_executions"))
+    return max(sum(1 for t in starts[i:] if t < start + seconds)
+               for i, start in enumerate(starts))
+
+
+def test_racing_per_key_claims_never_run_a_key_twice_at_once(executions, database_url):
+    _race(executions, database_url, "real", PER_KEY, PER_KEY_JOBS)
+    assert _most_per_key(executions) == 1
+
+
+@pytest.mark.parametrize("variant", ["no lock", "no key check"])
+def test_negative_control_per_key_claims_without_the_lock_or_the_key_overshoot(
+        executions, database_url, variant):
+    for _ in range(5):
+        _race(executions, database_url, variant, PER_KEY, PER_KEY_JOBS)
+        if _most_per_key(executions) > 1:
+            return
+    pytest.fail(f"five races with {variant} and no overshoot: the race cannot catch one")
+
+
+def test_racing_rate_limited_claims_never_start_more_than_n_in_a_window(
+        executions, database_url):
+    limits = db.Limits(rate_limit=RATE[0], rate_seconds=RATE[1])
+    _race(executions, database_url, "real", limits, RATE_JOBS)
+    assert _most_in_a_window(executions, RATE[1]) == RATE[0]
+
+
+def test_negative_control_rate_limited_claims_without_the_lock_overshoot(
+        executions, database_url):
+    limits = db.Limits(rate_limit=RATE[0], rate_seconds=RATE[1])
+    for _ in range(5):
+        _race(executions, database_url, "no lock", limits, RATE_JOBS)
+        if _most_in_a_window(executions, RATE[1]) > RATE[0]:
+            return
+    pytest.fail("five races without the lock and no overshoot: the race cannot catch one")
