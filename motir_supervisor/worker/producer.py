@@ -36,9 +36,8 @@ log = logging.getLogger("motir_supervisor.worker")
 #: least this often, whatever it heard.
 LIMITED_CLAIM_BACKSTOP_SECONDS = 1.0
 #: At most this many rows per limited claim: limited claims run one at a
-#: time fleet-wide, and a large one would hold many keys while its jobs wait
-#: in one worker.
-LIMITED_CLAIM_ROWS = 128
+#: time fleet-wide, so each one holds every other back while it runs.
+LIMITED_CLAIM_ROWS = 512
 #: A claim in doubt when the connection broke may commit later still; its
 #: rows are looked for once more this long after the reconnect.
 CLAIM_RECHECK_SECONDS = 2.0
@@ -72,6 +71,10 @@ class Producer:
         self.limits_exist = False
         self._next_limited_claim = 0.0
         self.batch_size = 1
+        #: The limited lane's own batch size: its claims come up short
+        #: whenever keys or kinds are full, which says nothing of the regular
+        #: lane, and an empty regular claim says nothing of the limited one.
+        self.limited_batch_size = 1
         #: Claims with runs neither ended nor withdrawn yet.
         self._open_claims: list[Claim] = []
         self._claim_in_doubt = False
@@ -83,9 +86,10 @@ class Producer:
         self.claims_left = sys.maxsize
         #: Recycling: slow claims keep their jobs, which run here.
         self.keep_unstarted = False
-        #: When the batch size last changed: a claim sent before that says
-        #: nothing about the size now, so its close leaves the size alone.
-        self._size_changed_at = 0.0
+        #: When each lane's batch size (by ``limited``) last changed: a claim
+        #: sent before that says nothing about the size now, so its close
+        #: leaves the size alone.
+        self._size_changed_at = {False: 0.0, True: 0.0}
         #: When a claim last brought a job ahead of the ones claimed before
         #: it, and the priority of the last job of the latest regular claim
         #: (see URGENT_WATCH_SECONDS).
@@ -191,11 +195,12 @@ class Producer:
         cap = min(self.ledger.free_entries(), self.claims_left)
         free = min(self.executor.free_slots(), cap)
         if free > 0:
-            room = max(room, self.batch_size)  # as claim() sizes its own
+            room = max(room, self.limited_batch_size)  # as claim() sizes its own
         limit = min(max(room, free), cap, LIMITED_CLAIM_ROWS)
         if limit <= 0:
             return 0, True
-        return self._claim(limit, limited=True, free=max(free, 0))
+        return self._claim(limit, limited=True, size=self.limited_batch_size,
+                           free=max(free, 0))
 
     def watching_for_urgent(self, now: float) -> bool:
         """Whether a claim brought a job ahead of a backlog lately, so that
@@ -264,12 +269,8 @@ class Producer:
         claim.open -= 1
         if claim.open == 0:
             self._open_claims.remove(claim)
-            if claim.sent_at < self._size_changed_at:
+            if claim.sent_at < self._size_changed_at[claim.limited]:
                 return  # sent before the size last changed: it is out of date
-            if claim.limited and len(claim.runs) < claim.limit:
-                # Short because of a kind's limit, not because the lane ran
-                # dry: it says nothing of how many the regular lane holds.
-                return
             # From its first start to its last end, as the handlers' threads
             # saw them: not the wait behind an earlier claim's runs, nor how
             # soon this thread got round to noticing.
@@ -277,13 +278,22 @@ class Producer:
                    if r.started is not None and r.ended]
             took = (max(started + duration for started, duration in ran)
                     - min(started for started, _ in ran) if ran else now - claim.sent_at)
-            self._resize(next_batch_size(claim.size, claim.limit, len(claim.runs), took,
-                                         self.config.batch_size), now)
+            if not claim.limited:
+                self._resize(next_batch_size(claim.size, claim.limit, len(claim.runs), took,
+                                             self.config.batch_size), now)
+            elif len(claim.runs) == claim.limit or took > SLOW_BATCH_SECONDS:
+                # A limited claim short of its limit met full keys or kinds,
+                # not a dry lane: only a full or a slow one says something.
+                self._resize(next_batch_size(claim.size, claim.limit, len(claim.runs), took,
+                                             LIMITED_CLAIM_ROWS), now, limited=True)
 
-    def _resize(self, size: int, now: float) -> None:
-        if size != self.batch_size:
-            self.batch_size = size
-            self._size_changed_at = now
+    def _resize(self, size: int, now: float, limited: bool = False) -> None:
+        if size != (self.limited_batch_size if limited else self.batch_size):
+            if limited:
+                self.limited_batch_size = size
+            else:
+                self.batch_size = size
+            self._size_changed_at[limited] = now
 
     def withdraw_unstarted(self) -> None:
         """Nothing more starts here; what has not started goes back."""
@@ -350,7 +360,7 @@ class Producer:
                 claim.checked = True
                 unstarted = [run for run in claim.runs if run.started is None]
                 if unstarted:
-                    self._resize(1, now)
+                    self._resize(1, now, limited=claim.limited)
                     self._withdraw_runs(unstarted)
 
     def next_timer(self) -> float:

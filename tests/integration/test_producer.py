@@ -1,7 +1,7 @@
 """A worker's producer against PostgreSQL: one slot claiming from a
 backlog (a job claimed ahead of it keeps the next claims short, a claim
 that emptied the queue leaves them whole), a stop landing during a claim,
-and a recycling worker's timers."""
+a recycling worker's timers, and the limited lane's own claim sizes."""
 
 import signal
 import time
@@ -166,3 +166,28 @@ def test_a_recycling_worker_keeps_no_timer_for_its_slow_claims(one_slot_producer
     assert producer.next_timer() < time.monotonic()
     producer.keep_unstarted = True
     assert producer.next_timer() == float("inf")
+
+
+def test_the_limited_lane_sizes_its_claims_apart_from_the_regular_one(database_url, sql):
+    """Keyed claims grow while they fill; a limited claim short because its
+    keys are full, or an empty regular claim, leaves the other lane's size
+    alone."""
+    producer, completer, _ = worker_roles(database_url, "keys:1", 8, 512)
+    try:
+        producer.store.sync_limits({"model_quick": db.Limits(max_running_per_key=1)})
+        sql.rows("INSERT INTO job_queue (kind, concurrency_key)"
+                 " SELECT 'model_quick', 'k' || g FROM generate_series(1, 2000) AS g")
+        sizes = []
+        for _ in range(6):
+            count, _ = producer.claim_limited(0)
+            wait_until(lambda: all(run.ended for run in producer.held.values()), 10)
+            producer.collect_finished()
+            completer.write_finished(now_or_never=True)
+            sizes.append((count, producer.limited_batch_size))
+            assert producer.claim(1) == (0, False)  # the regular lane is empty
+        counts = [count for count, _ in sizes]
+        assert counts[0] == 8 and counts[-1] > 64, sizes  # from the free slots up
+        assert producer.batch_size == 1
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        producer.store.close()
