@@ -325,9 +325,14 @@ class Worker:
     def _wait(self) -> None:
         """Sleep until a signal, a handler's news, a wake-up or the next timer."""
         now = time.monotonic()
-        timers = [self.producer.next_timer(), self.leases.next_timer(),
-                  self.timeouts.next_timer(), self.completer.next_timer(),
-                  self.executor.next_nudge(), now + 1.0]
+        # A renewal or a write due while the database cannot be tried yet
+        # waits for that try: otherwise an outage with outcomes held would
+        # spin this loop until the database is back.
+        database_timers = [self.leases.next_timer(), self.completer.next_timer()]
+        if now < self._database_retry_at:
+            database_timers = [max(timer, self._database_retry_at) for timer in database_timers]
+        timers = [self.producer.next_timer(), self.timeouts.next_timer(),
+                  self.executor.next_nudge(), now + 1.0, *database_timers]
         scheduler = self.scheduler_seat.scheduler
         if scheduler is not None and not self.stop_requested:
             # Not before the database may be tried again: no spinning meanwhile.
