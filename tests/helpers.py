@@ -5,6 +5,8 @@ in, wake-up notifications, forked racers and metrics text."""
 from __future__ import annotations
 
 import multiprocessing
+import os
+import random
 import select
 import time
 from pathlib import Path
@@ -164,6 +166,18 @@ def notifications(conn, settle: float = 0.2) -> list[str]:
     return got
 
 
+def most_at_once_per_key(spans) -> int:
+    """The largest number of (key, start, end) spans of one key open at one instant."""
+    events = sorted([(end, -1, key) for key, _, end in spans]
+                    + [(start, 1, key) for key, start, _ in spans])
+    running: dict[Any, int] = {}
+    most = 0
+    for _, change, key in events:
+        running[key] = running.get(key, 0) + change
+        most = max(most, running[key])
+    return most
+
+
 # -- races -----------------------------------------------------------------------
 
 def race(target, processes, url, naive):
@@ -178,6 +192,40 @@ def race(target, processes, url, naive):
     for p in procs:
         p.join(60)
         assert p.exitcode == 0
+
+
+def hold_limited_claims(url: str, barrier: Any, rows: int, hold: tuple[float, float]) -> None:
+    """Claim limited jobs, ``rows`` at a time, until none is pending, as a
+    worker would: each run recorded in test_executions strictly inside the
+    time its row was running (with its key and the start its claim stamped),
+    held for a random time within ``hold``, then its success written."""
+    claimant = f"racer-{os.getpid()}"
+    store = db.JobStore(url, prepare=False)
+    log = psycopg2.connect(url)
+    log.autocommit = True
+    cur = log.cursor()
+    store.conn
+    barrier.wait()
+    while True:
+        jobs, _ = store.claim_limited_jobs(claimant, rows, 30, None)
+        if not jobs:
+            cur.execute("SELECT count(*) FROM job_queue WHERE state = 'pending'")
+            if cur.fetchone()[0] == 0:
+                break
+            time.sleep(0.001)
+            continue
+        cur.execute("INSERT INTO test_executions (job_id, attempt, pid, checkpoint)"
+                    " SELECT id, attempts, %s, jsonb_build_object('key', concurrency_key,"
+                    " 'claimed_at', extract(epoch FROM started_at)) FROM job_queue"
+                    " WHERE id = ANY(%s) RETURNING execution_id",
+                    (os.getpid(), [j.id for j in jobs]))
+        executions = [row[0] for row in cur.fetchall()]
+        time.sleep(random.uniform(*hold))
+        cur.execute("UPDATE test_executions SET finished_at = clock_timestamp()"
+                    " WHERE execution_id = ANY(%s)", (executions,))
+        store.record_outcomes(claimant, [db.Outcome(j.id) for j in jobs])
+    store.close()
+    log.close()
 
 
 # -- metrics -------------------------------------------------------------------

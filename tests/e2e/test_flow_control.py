@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from tests.apps.flow import PER_KEY, RATE
-from tests.helpers import TRANSITIONS_TABLE, running_spans, wait_until
+from tests.helpers import TRANSITIONS_TABLE, most_at_once_per_key, running_spans, wait_until
 from tests.supervisors import NAIVE_LIMIT_CLI, cli
 
 FLEET = ("--workers", "4", "--concurrency", "8", "--app", "tests.apps.flow")
@@ -65,14 +65,7 @@ def _database_spans(sql, kind):
 
 def _most_per_key(runs):
     """The most runs of one key going on at one instant."""
-    events = sorted([(end, -1, key) for key, _, end, _ in runs]
-                    + [(start, 1, key) for key, start, _, _ in runs])
-    running: dict[str, int] = {}
-    most = 0
-    for _, change, key in events:
-        running[key] = running.get(key, 0) + change
-        most = max(most, running[key])
-    return most
+    return most_at_once_per_key([(key, start, end) for key, start, end, _ in runs])
 
 
 def _stamps(sql, kind):

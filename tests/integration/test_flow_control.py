@@ -4,15 +4,13 @@ window, parked rows, what an idle worker waits for, the claim's cost with
 many keys, and forked claimants racing, with a negative control for each
 limit that a naive claim overshoots."""
 
-import os
-import random
 import time
 
 import psycopg2
 import pytest
 
 from motir_supervisor import db
-from tests.helpers import race
+from tests.helpers import hold_limited_claims, most_at_once_per_key, race
 
 PER_KEY = db.Limits(max_running_per_key=1)
 
@@ -267,53 +265,17 @@ assert NO_KEY_CHECK.count("+ 0 * count(*) AS room") == 2
 
 
 def _claim_and_hold(url, variant, barrier):
-    """Claim limited jobs until none is left, recording each run's span
-    strictly inside the time its row was running, and its start as the
-    claim stamped it."""
     if variant == "no lock":
         db.QUERIES["lock_limited_claims"] = "SELECT 1;"
     if variant == "no key check":
         db.QUERIES["claim_limited_jobs"] = NO_KEY_CHECK
-    claimant = f"racer-{os.getpid()}"
-    store = db.JobStore(url, prepare=False)
-    log = psycopg2.connect(url)
-    log.autocommit = True
-    cur = log.cursor()
-    store.conn
-    barrier.wait()
-    while True:
-        jobs, _ = store.claim_limited_jobs(claimant, 3, 30, None)
-        if not jobs:
-            cur.execute("SELECT count(*) FROM job_queue WHERE state = 'pending'")
-            if cur.fetchone()[0] == 0:
-                break
-            time.sleep(0.001)
-            continue
-        cur.execute("INSERT INTO test_executions (job_id, attempt, pid, checkpoint)"
-                    " SELECT id, attempts, %s, jsonb_build_object('key', concurrency_key,"
-                    " 'claimed_at', extract(epoch FROM started_at)) FROM job_queue"
-                    " WHERE id = ANY(%s) RETURNING execution_id",
-                    (os.getpid(), [j.id for j in jobs]))
-        executions = [row[0] for row in cur.fetchall()]
-        time.sleep(random.uniform(0.002, 0.012))
-        cur.execute("UPDATE test_executions SET finished_at = clock_timestamp()"
-                    " WHERE execution_id = ANY(%s)", (executions,))
-        store.record_outcomes(claimant, [db.Outcome(j.id) for j in jobs])
-    store.close()
-    log.close()
+    hold_limited_claims(url, barrier, 3, (0.002, 0.012))
 
 
 def _most_per_key(sql):
     """The most runs of one key open at one instant."""
-    spans = sql.rows("SELECT checkpoint->>'key', started_at, finished_at FROM test_executions")
-    events = sorted([(end, -1, key) for key, _, end in spans]
-                    + [(start, 1, key) for key, start, _ in spans])
-    running: dict[str, int] = {}
-    most = 0
-    for _, change, key in events:
-        running[key] = running.get(key, 0) + change
-        most = max(most, running[key])
-    return most
+    return most_at_once_per_key(sql.rows(
+        "SELECT checkpoint->>'key', started_at, finished_at FROM test_executions"))
 
 
 def _race(sql, url, variant, limits, jobs):

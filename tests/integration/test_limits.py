@@ -4,16 +4,13 @@ however it arrives, the limited claim and its index, a freed slot's
 wake-up, and forked claimants racing limited claims, with a negative
 control for each way of getting the lock wrong."""
 
-import os
-import random
-import time
 
 import psycopg2
 import pytest
 
 from motir_supervisor import db
 from tests.apps.limited import THROTTLED_MAX_RUNNING
-from tests.helpers import most_at_once, race, wait_until
+from tests.helpers import hold_limited_claims, most_at_once, race, wait_until
 
 
 def _lanes(sql):
@@ -162,37 +159,11 @@ assert IN_STATEMENT != db.QUERIES["claim_limited_jobs"]
 
 
 def _claim_and_hold(url, variant, barrier):
-    """Claim limited jobs until none is left, recording each run's span
-    strictly inside the time its row was running."""
     if variant != "real":
         db.QUERIES["lock_limited_claims"] = "SELECT 1;"
     if variant == "lock in the statement":
         db.QUERIES["claim_limited_jobs"] = IN_STATEMENT
-    claimant = f"racer-{os.getpid()}"
-    store = db.JobStore(url, prepare=False)
-    log = psycopg2.connect(url)
-    log.autocommit = True
-    cur = log.cursor()
-    store.conn
-    barrier.wait()
-    while True:
-        jobs, _ = store.claim_limited_jobs(claimant, 2, 30, None)
-        if not jobs:
-            cur.execute("SELECT count(*) FROM job_queue WHERE state = 'pending'")
-            if cur.fetchone()[0] == 0:
-                break
-            time.sleep(0.0005)
-            continue
-        cur.execute("INSERT INTO test_executions (job_id, attempt, pid)"
-                    " SELECT unnest(%s::bigint[]), 1, %s RETURNING execution_id",
-                    ([j.id for j in jobs], os.getpid()))
-        executions = [row[0] for row in cur.fetchall()]
-        time.sleep(random.uniform(0.0005, 0.003))
-        cur.execute("UPDATE test_executions SET finished_at = clock_timestamp()"
-                    " WHERE execution_id = ANY(%s)", (executions,))
-        store.record_outcomes(claimant, [db.Outcome(j.id) for j in jobs])
-    store.close()
-    log.close()
+    hold_limited_claims(url, barrier, 2, (0.0005, 0.003))
 
 
 def _race_limited_claims(sql, url, variant):
