@@ -118,10 +118,11 @@ class Producer:
                     poller.kick()
                 if claimed:
                     continue
-                if more_due:
-                    # Nothing claimed, but it parked rows or stopped its walk
-                    # of the keys short: it goes on once the worker has
-                    # written what ended meanwhile.
+                if more_due and self.executor.free_slots() > 0:
+                    # Nothing claimed for free slots, so it parked rows or
+                    # stopped its walk of the keys short: it goes on once the
+                    # worker has written what ended meanwhile. (With none
+                    # free, more_due is the jobs waiting for a free slot.)
                     return False
             claimed, more_due = self.claim(room)
             if more_due:

@@ -191,3 +191,30 @@ def test_the_limited_lane_sizes_its_claims_apart_from_the_regular_one(database_u
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         producer.store.close()
+
+
+@registry.job("model_slow_limited")
+def _slow_limited(j):
+    time.sleep(0.5)
+
+
+def test_a_worker_with_no_free_slot_does_not_retry_a_limited_claim_at_once(database_url, sql):
+    """A kind with max_running is claimed only for free slots: with the one
+    slot busy and room for a reserve, the claim finds its backlog but takes
+    none, and the worker goes on to the regular lane, then idles, rather
+    than come straight back to the limited claim."""
+    producer, completer, executor = worker_roles(database_url, "busy:1", 1, 512)
+    try:
+        producer.store.sync_limits({"model_slow_limited": db.Limits(max_running=10)})
+        sql.rows("INSERT INTO job_queue (kind) SELECT 'model_slow_limited'"
+                 " FROM generate_series(1, 5)")
+        assert producer.claim_limited(1) == (1, True)
+        wait_until(lambda: executor.free_slots() == 0 and producer.held, 5)
+        producer.room = lambda: 1  # a reserve's worth of room, no free slot
+        producer.limits_exist = True
+        assert producer.claim_while_room(lambda: False) is True
+        assert sql.value("SELECT count(*) FROM job_queue WHERE state = 'running'") == 1
+    finally:
+        wait_until(lambda: all(run.ended for run in producer.held.values()), 10)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        producer.store.close()

@@ -132,10 +132,9 @@ ORDER BY priority, run_at, id;
 -- worker knows whether to run claim_limited_jobs at all.
 WITH RECURSIVE priorities AS (
     SELECT priority FROM job_queue_priorities
-), lanes AS (
-    SELECT l.kind, l.max_running_per_key AS per_key,
-           (SELECT min(q.priority) FROM job_queue AS q
-            WHERE q.state = 'pending' AND q.limited AND NOT q.parked AND q.kind = l.kind) AS priority,
+), allowances AS (
+    -- When a rate-limited kind may start again: NULL while it may now.
+    SELECT l.kind,
            (SELECT s.started_at + make_interval(secs => l.rate_seconds)
             FROM job_queue_starts AS s
             WHERE s.kind = l.kind
@@ -143,6 +142,13 @@ WITH RECURSIVE priorities AS (
             ORDER BY s.started_at DESC
             OFFSET l.rate_limit - 1
             LIMIT 1) AS allowed_at
+    FROM job_queue_limits AS l
+    WHERE l.rate_limit IS NOT NULL
+), lanes AS (
+    SELECT l.kind, l.max_running_per_key AS per_key,
+           (SELECT min(q.priority) FROM job_queue AS q
+            WHERE q.state = 'pending' AND q.limited AND NOT q.parked AND q.kind = l.kind) AS priority,
+           (SELECT a.allowed_at FROM allowances AS a WHERE a.kind = l.kind) AS allowed_at
     FROM job_queue_limits AS l
     WHERE l.max_running IS NULL
        OR l.max_running > (SELECT count(*) FROM job_queue AS r
@@ -184,7 +190,12 @@ SELECT extract(epoch FROM least(
                                                  AND r.concurrency_key = first.concurrency_key)
                         HAVING min(first.run_at) IS NOT NULL))
             FROM lanes
-            WHERE lanes.priority IS NOT NULL))
+            WHERE lanes.priority IS NOT NULL),
+           -- Parked rows of a kind out of allowance: when it comes back (a
+           -- key with room that frees up notifies; an allowance does not).
+           (SELECT min(a.allowed_at) FROM allowances AS a
+            WHERE EXISTS (SELECT FROM job_queue AS q
+                          WHERE q.state = 'pending' AND q.parked AND q.kind = a.kind)))
        - clock_timestamp())::float8,
        EXISTS (SELECT FROM job_queue_limits);
 
@@ -295,12 +306,14 @@ WITH RECURSIVE clock AS MATERIALIZED (
     FROM lanes
     WHERE lanes.priority IS NOT NULL
 ), walk AS (
-    -- One row per key looked at, from the key after the kind's key_cursor
-    -- to the last, then from the first round to where it began: its room,
-    -- and how many keys with room were found up to it. The walk stops once
-    -- those fill what the kind may take, or a few dozen keys later.
+    -- One row per key looked at: from the key after the kind's key_cursor
+    -- to the last, then from the first to the cursor (the second lap, when
+    -- `wrapped`), each key once. A key counts as found when it has room
+    -- and a row this claim may take (due, of a queue it serves, not
+    -- paused). The walk stops once the keys found fill what the kind may
+    -- take, or a few dozen keys later.
     SELECT k.kind, k.per_key, k.slots, k.key_cursor AS start, step.key, step.wrapped,
-           room.room, (room.room > 0)::integer AS found, 1 AS visits
+           room.room, (room.room > 0 AND room.takeable)::integer AS found, 1 AS visits
     FROM kinds AS k
     CROSS JOIN LATERAL (
         SELECT min(p.concurrency_key) AS key FROM job_queue AS p
@@ -308,48 +321,75 @@ WITH RECURSIVE clock AS MATERIALIZED (
           AND p.concurrency_key > coalesce(k.key_cursor, '')
     ) AS after
     CROSS JOIN LATERAL (
-        SELECT coalesce(after.key, CASE WHEN k.key_cursor IS NOT NULL THEN (
+        SELECT coalesce(after.key, (
                    SELECT min(p.concurrency_key) FROM job_queue AS p
                    WHERE p.state = 'pending' AND p.parked AND p.kind = k.kind
-                     AND p.concurrency_key > '') END) AS key,
+                     AND p.concurrency_key <= k.key_cursor)) AS key,
                after.key IS NULL AS wrapped
     ) AS step
     CROSS JOIN LATERAL (
-        SELECT k.per_key - count(*) AS room
-        FROM (SELECT FROM job_queue AS r
-              WHERE r.state = 'running' AND r.concurrency_key IS NOT NULL
-                AND r.kind = k.kind AND r.concurrency_key = step.key
-              LIMIT k.per_key) AS running
+        SELECT k.per_key - (SELECT count(*)
+                            FROM (SELECT FROM job_queue AS r
+                                  WHERE r.state = 'running' AND r.concurrency_key IS NOT NULL
+                                    AND r.kind = k.kind AND r.concurrency_key = step.key
+                                  LIMIT k.per_key) AS running) AS room,
+               -- The first takeable row in the key's order, as its
+               -- index holds it.
+               step.key IS NOT NULL AND (
+                   SELECT 1 FROM job_queue AS q
+                   WHERE q.state = 'pending' AND q.parked
+                     AND q.kind = k.kind AND q.concurrency_key = step.key
+                     AND q.run_at <= now()
+                     AND (%(queues)s::text[] IS NULL OR q.queue = ANY(%(queues)s::text[]))
+                     AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
+                          OR q.queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
+                   ORDER BY q.priority, q.run_at, q.id
+                   LIMIT 1) IS NOT NULL AS takeable
     ) AS room
     WHERE k.slots > 0 AND k.per_key IS NOT NULL
     UNION ALL
     SELECT w.kind, w.per_key, w.slots, w.start, step.key, step.wrapped, room.room,
-           w.found + (room.room > 0)::integer, w.visits + 1
+           w.found + (room.room > 0 AND room.takeable)::integer, w.visits + 1
     FROM walk AS w
     CROSS JOIN LATERAL (
-        SELECT min(p.concurrency_key) AS key FROM job_queue AS p
-        WHERE p.state = 'pending' AND p.parked AND p.kind = w.kind
-          AND p.concurrency_key > w.key
-    ) AS after
-    CROSS JOIN LATERAL (
-        SELECT CASE WHEN NOT w.wrapped AND after.key IS NULL AND w.start IS NOT NULL THEN (
+        -- On the second lap, no further than where the walk began: a range
+        -- of the index either way (an OR of the two would be a filter).
+        SELECT CASE WHEN w.wrapped THEN (
                         SELECT min(p.concurrency_key) FROM job_queue AS p
                         WHERE p.state = 'pending' AND p.parked AND p.kind = w.kind
-                          AND p.concurrency_key > '')
-                    -- Round again to where it began: done.
-                    WHEN (w.wrapped OR after.key IS NULL) AND after.key > w.start THEN NULL
-                    ELSE after.key END AS key,
+                          AND p.concurrency_key > w.key AND p.concurrency_key <= w.start)
+                    ELSE (
+                        SELECT min(p.concurrency_key) FROM job_queue AS p
+                        WHERE p.state = 'pending' AND p.parked AND p.kind = w.kind
+                          AND p.concurrency_key > w.key) END AS key
+    ) AS after
+    CROSS JOIN LATERAL (
+        SELECT coalesce(after.key, CASE WHEN NOT w.wrapped THEN (
+                   SELECT min(p.concurrency_key) FROM job_queue AS p
+                   WHERE p.state = 'pending' AND p.parked AND p.kind = w.kind
+                     AND p.concurrency_key <= w.start) END) AS key,
                w.wrapped OR after.key IS NULL AS wrapped
     ) AS step
     CROSS JOIN LATERAL (
-        SELECT w.per_key - count(*) AS room
-        FROM (SELECT FROM job_queue AS r
-              WHERE r.state = 'running' AND r.concurrency_key IS NOT NULL
-                AND r.kind = w.kind AND r.concurrency_key = step.key
-              LIMIT w.per_key) AS running
+        SELECT w.per_key - (SELECT count(*)
+                            FROM (SELECT FROM job_queue AS r
+                                  WHERE r.state = 'running' AND r.concurrency_key IS NOT NULL
+                                    AND r.kind = w.kind AND r.concurrency_key = step.key
+                                  LIMIT w.per_key) AS running) AS room,
+               -- The first takeable row in the key's order, as its
+               -- index holds it.
+               step.key IS NOT NULL AND (
+                   SELECT 1 FROM job_queue AS q
+                   WHERE q.state = 'pending' AND q.parked
+                     AND q.kind = w.kind AND q.concurrency_key = step.key
+                     AND q.run_at <= now()
+                     AND (%(queues)s::text[] IS NULL OR q.queue = ANY(%(queues)s::text[]))
+                     AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
+                          OR q.queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
+                   ORDER BY q.priority, q.run_at, q.id
+                   LIMIT 1) IS NOT NULL AS takeable
     ) AS room
     WHERE w.key IS NOT NULL
-      AND NOT (w.wrapped AND w.key >= w.start)
       AND w.found < least(w.slots, %(limit)s)
       AND w.visits < least(w.slots, %(limit)s) + 32
 ), candidates AS (
@@ -429,8 +469,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
     -- Keys without room with many rows in what the lane showed this claim:
     -- a deep backlog of one key, which every claim would read again. Their
     -- rows leave the lane, all of them at once (up to a bound per claim),
-    -- and are found by key once it has room. A key with a few rows waiting
-    -- keeps them in the lane, where claims pass over them cheaply.
+    -- and are found by key once it has room.
     SELECT DISTINCT r.kind, r.key
     FROM ranked AS r
     WHERE NOT r.was_parked AND r.key_place > r.key_room + 16
@@ -448,7 +487,15 @@ WITH RECURSIVE clock AS MATERIALIZED (
               AND id <> ALL (ARRAY(SELECT id FROM chosen))
             LIMIT 10000
             FOR UPDATE SKIP LOCKED
-        ) AS q))
+        ) AS q
+        UNION
+        -- A claim short of its limit parks the rows it passed over: the
+        -- next claim reads past them, so rows of full keys at the head of
+        -- the lane never keep a key with room from being reached.
+        SELECT r.id
+        FROM ranked AS r
+        WHERE NOT r.was_parked AND r.key_place > r.key_room
+          AND (SELECT count(*) FROM chosen) < %(limit)s))
     RETURNING id
 ), claimed AS (
     -- The claim's write, as in claim_due_jobs; started_at is the start the
@@ -483,10 +530,10 @@ WITH RECURSIVE clock AS MATERIALIZED (
     WHERE l.kind = last.kind AND l.key_cursor IS DISTINCT FROM last.key
 ), more AS (
     SELECT (SELECT count(*) FROM eligible) > (SELECT count(*) FROM chosen)
-           OR EXISTS (SELECT FROM clogged)
+           OR EXISTS (SELECT FROM parked_now)
            -- A walk that stopped before it had been round every key.
            OR EXISTS (SELECT FROM walk AS w
-                      WHERE w.key IS NOT NULL AND (NOT w.wrapped OR w.key < w.start)
+                      WHERE w.key IS NOT NULL
                         AND NOT EXISTS (SELECT FROM walk AS later
                                         WHERE later.kind = w.kind AND later.visits > w.visits))
            AS more_due

@@ -87,6 +87,10 @@ CREATE INDEX job_queue_limited ON job_queue (kind, priority, run_at, id)
 CREATE INDEX job_queue_parked ON job_queue (kind, concurrency_key, priority, run_at, id)
     WHERE state = 'pending' AND parked;
 
+-- The lane rows of each key, which a claim parks together.
+CREATE INDEX job_queue_key_lane ON job_queue (kind, concurrency_key)
+    WHERE state = 'pending' AND limited AND NOT parked AND concurrency_key IS NOT NULL;
+
 -- The running rows of each key, which the claim counts. Its predicate
 -- leaves out `limited`, so that no plan takes job_queue_limited_running
 -- (every running row of the kind) for a count of one key's.
