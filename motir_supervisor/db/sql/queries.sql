@@ -271,8 +271,9 @@ SELECT pg_advisory_xact_lock(hashtext('motir_supervisor.limited_claims'));
 --   the next claim goes on where it stopped, so every key gets its turn. A
 --   full key it passes costs one probe, and few keys are full at a time: a
 --   full key has running rows.
--- A key with many rows beyond its room in the lane is parked as a whole
--- (see clogged), so that no later claim reads its backlog again.
+-- A claim short of its limit parks the lane rows it passed over, and a key
+-- with many rows beyond its room in the lane is parked as a whole (see
+-- clogged), so that no later claim reads them again.
 -- The rows then go by priority, run_at and id, up to the limit.
 -- more_due: more could run than this claim took, or it parked rows or cut
 -- its walk of the keys short; it comes back even when nothing was claimed.
