@@ -105,6 +105,18 @@ UPDATE job_queue
 QUEUE_HAS_WORK = """
 SELECT (SELECT 1 FROM job_queue WHERE state = 'pending' AND NOT limited
         ORDER BY priority, run_at, id LIMIT 1) IS NOT NULL
+    OR (SELECT 1 FROM job_queue WHERE state = 'pending' AND limited AND NOT parked
+        ORDER BY kind, priority, run_at, id LIMIT 1) IS NOT NULL
+    OR (SELECT 1 FROM job_queue WHERE state = 'pending' AND parked
+        ORDER BY kind, concurrency_key, priority, run_at, id LIMIT 1) IS NOT NULL
+    OR (SELECT 1 FROM job_queue WHERE state = 'running'
+        ORDER BY lease_expires_at LIMIT 1) IS NOT NULL
+"""
+#: The same for a version of the package from before parked rows (see
+#: MOTIR_BENCH_SUPERVISOR_ROOT), whose limited lane is one index.
+QUEUE_HAS_WORK_WITHOUT_PARKED = """
+SELECT (SELECT 1 FROM job_queue WHERE state = 'pending' AND NOT limited
+        ORDER BY priority, run_at, id LIMIT 1) IS NOT NULL
     OR (SELECT 1 FROM job_queue WHERE state = 'pending' AND limited
         ORDER BY kind, priority, run_at, id LIMIT 1) IS NOT NULL
     OR (SELECT 1 FROM job_queue WHERE state = 'running'
@@ -367,6 +379,10 @@ class Bench:
         self.logs = pg.base / "logs"
         self.logs.mkdir()
         self.sql = Sql(self.url)
+        self.queue_has_work_query = QUEUE_HAS_WORK if self.sql.value(
+            "SELECT EXISTS (SELECT FROM information_schema.columns"
+            " WHERE table_name = 'job_queue' AND column_name = 'parked')"
+        ) else QUEUE_HAS_WORK_WITHOUT_PARKED
         # Observing from another database keeps the observer's own
         # transactions out of the benchmark database's counters.
         self.observer = Sql(pg.url("postgres"))
@@ -437,7 +453,7 @@ class Bench:
         return time.monotonic() - fleet.started_at
 
     def queue_has_work(self) -> bool:
-        return self.sql.value(QUEUE_HAS_WORK)
+        return self.sql.value(self.queue_has_work_query)
 
     def ensure_all_succeeded(self, expected: int) -> None:
         succeeded, total = self.sql.rows(

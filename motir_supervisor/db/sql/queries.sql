@@ -861,25 +861,33 @@ WHERE kind = %(kind)s
 -- status_limits --
 -- Each limited kind: its limits, its running and waiting jobs, its starts
 -- in the rate limit's window, and its busiest keys (the five with the most
--- running, then waiting, jobs).
+-- running, then waiting, jobs). Each count reads one partial index.
 SELECT l.kind, l.max_running, l.max_running_per_key, l.rate_limit, l.rate_seconds,
        (SELECT count(*) FROM job_queue AS r
         WHERE r.state = 'running' AND r.limited AND r.kind = l.kind) AS running,
        (SELECT count(*) FROM job_queue AS w
-        WHERE w.state = 'pending' AND w.limited AND w.kind = l.kind) AS waiting,
+        WHERE w.state = 'pending' AND w.limited AND NOT w.parked AND w.kind = l.kind)
+       + (SELECT count(*) FROM job_queue AS w
+          WHERE w.state = 'pending' AND w.parked AND w.kind = l.kind) AS waiting,
        (SELECT count(*) FROM job_queue_starts AS s
         WHERE s.kind = l.kind
           AND s.started_at > now() - make_interval(secs => l.rate_seconds)) AS recent_starts,
-       ARRAY(SELECT ARRAY[k.concurrency_key, k.running::text, k.waiting::text]
-             FROM (SELECT concurrency_key,
-                          count(*) FILTER (WHERE state = 'running') AS running,
-                          count(*) FILTER (WHERE state = 'pending') AS waiting
-                   FROM job_queue
+       ARRAY(SELECT ARRAY[k.key, k.running::text, k.waiting::text]
+             FROM (SELECT key, count(*) FILTER (WHERE running) AS running,
+                          count(*) FILTER (WHERE NOT running) AS waiting
+                   FROM (SELECT concurrency_key AS key, true AS running FROM job_queue
+                         WHERE state = 'running' AND concurrency_key IS NOT NULL
+                           AND kind = l.kind
+                         UNION ALL
+                         SELECT concurrency_key, false FROM job_queue
+                         WHERE state = 'pending' AND limited AND NOT parked
+                           AND concurrency_key IS NOT NULL AND kind = l.kind
+                         UNION ALL
+                         SELECT concurrency_key, false FROM job_queue
+                         WHERE state = 'pending' AND parked AND kind = l.kind) AS rows
                    WHERE l.max_running_per_key IS NOT NULL
-                     AND kind = l.kind AND limited AND concurrency_key IS NOT NULL
-                     AND state IN ('pending', 'running')
-                   GROUP BY concurrency_key
-                   ORDER BY running DESC, waiting DESC, concurrency_key
+                   GROUP BY key
+                   ORDER BY running DESC, waiting DESC, key
                    LIMIT 5) AS k) AS busiest_keys
 FROM job_queue_limits AS l
 ORDER BY l.kind;
