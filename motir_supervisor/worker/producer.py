@@ -37,7 +37,7 @@ log = logging.getLogger("motir_supervisor.worker")
 LIMITED_CLAIM_BACKSTOP_SECONDS = 1.0
 #: At most this many rows per limited claim: limited claims run one at a
 #: time fleet-wide, so each one holds every other back while it runs.
-LIMITED_CLAIM_ROWS = 512
+LIMITED_CLAIM_ROWS = 128
 #: A claim in doubt when the connection broke may commit later still; its
 #: rows are looked for once more this long after the reconnect.
 CLAIM_RECHECK_SECONDS = 2.0

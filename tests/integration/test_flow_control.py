@@ -65,14 +65,15 @@ def test_the_claim_takes_one_job_per_key_and_idle_workers_wait_for_a_key(sql, st
     store.sync_limits({"a": PER_KEY})
     _insert(sql, "a", ["x", "x", "y", "x", "z", "y"])
     jobs, more = store.claim_limited_jobs("c", 10, 30, None)
-    # Short of its limit, the claim parks the rows it passed over, and says
-    # to look again: the next claim finds nothing it could start.
-    assert _keys_of(sql, jobs) == ["x", "y", "z"] and more
-    assert sql.value("SELECT count(*) FROM job_queue WHERE parked") == 3
-    assert store.claim_limited_jobs("c", 10, 30, None) == ([], False)
+    assert _keys_of(sql, jobs) == ["x", "y", "z"] and not more
     # The rows left wait for their keys: an idle worker waits for a slot's
     # notification rather than look again.
     assert store.seconds_until_next_due(None) == (None, True)
+    # A claim that finds nothing to take parks what it passed over, and
+    # says to look again: the next one finds nothing it could start.
+    assert store.claim_limited_jobs("c", 10, 30, None) == ([], True)
+    assert sql.value("SELECT count(*) FROM job_queue WHERE parked") == 3
+    assert store.claim_limited_jobs("c", 10, 30, None) == ([], False)
     # x's slot frees (which notifies): the next claim finds x by its key.
     _finish(store, "c", [j for j in jobs if _keys_of(sql, [j]) == ["x"]])
     again, _ = store.claim_limited_jobs("c", 10, 30, None)
@@ -240,6 +241,21 @@ def test_a_key_with_room_behind_full_keys_is_reached_and_nobody_spins(sql, store
     # Each claim that came up short parked what it passed over, until z.
     assert ["z"] in [keys for keys, _ in claims] and len(claims) <= 20, claims
     assert store.claim_limited_jobs("c", 4, 30, None) == ([], False)
+    assert store.seconds_until_next_due(None) == (None, True)
+
+
+def test_an_idle_worker_clears_a_lane_head_of_full_keys_then_waits(sql, store):
+    store.sync_limits({"a": PER_KEY})
+    keys = [f"k{n:02}" for n in range(70)]
+    _insert(sql, "a", keys)
+    assert len(store.claim_limited_jobs("c", 70, 30, None)[0]) == 70
+    _insert(sql, "a", keys)
+    # 64 due rows of full keys at the head: something may wait behind them,
+    # so a claim is due; it parks them, and then the worker waits.
+    assert store.seconds_until_next_due(None)[0] < 0
+    assert store.claim_limited_jobs("c", 64, 30, None) == ([], True)
+    while store.claim_limited_jobs("c", 64, 30, None)[1]:
+        pass
     assert store.seconds_until_next_due(None) == (None, True)
 
 

@@ -172,8 +172,22 @@ SELECT extract(epoch FROM least(
                                OR q.queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))))
             FROM priorities AS p
             WHERE p.priority IS NOT NULL),
-           (SELECT min((SELECT greatest(min(first.run_at), lanes.allowed_at)
-                        FROM (SELECT q.run_at, q.concurrency_key
+           (SELECT min((SELECT greatest(CASE WHEN bool_or(first.room)
+                                                   THEN min(first.run_at) FILTER (WHERE first.room)
+                                                   -- Due rows of full keys and no more:
+                                                   -- a claim parks them.
+                                                   WHEN count(*) FILTER (
+                                                            WHERE first.run_at <= now()) = 64
+                                                   THEN now() END,
+                                              lanes.allowed_at)
+                        FROM (SELECT q.run_at,
+                                     lanes.per_key IS NULL OR q.concurrency_key IS NULL
+                                     OR lanes.per_key > (SELECT count(*) FROM job_queue AS r
+                                                         WHERE r.state = 'running'
+                                                           AND r.concurrency_key IS NOT NULL
+                                                           AND r.kind = lanes.kind
+                                                           AND r.concurrency_key = q.concurrency_key)
+                                         AS room
                               FROM job_queue AS q
                               WHERE q.state = 'pending' AND q.limited AND NOT q.parked
                                 AND q.kind = lanes.kind AND q.priority = lanes.priority
@@ -182,13 +196,8 @@ SELECT extract(epoch FROM least(
                                      OR q.queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
                               ORDER BY q.run_at, q.id
                               LIMIT 64) AS first
-                        WHERE lanes.per_key IS NULL OR first.concurrency_key IS NULL
-                           OR lanes.per_key > (SELECT count(*) FROM job_queue AS r
-                                               WHERE r.state = 'running'
-                                                 AND r.concurrency_key IS NOT NULL
-                                                 AND r.kind = lanes.kind
-                                                 AND r.concurrency_key = first.concurrency_key)
-                        HAVING min(first.run_at) IS NOT NULL))
+                        HAVING bool_or(first.room) OR count(*) FILTER (
+                                   WHERE first.run_at <= now()) = 64))
             FROM lanes
             WHERE lanes.priority IS NOT NULL),
            -- Parked rows of a kind out of allowance: when it comes back (a
@@ -271,9 +280,9 @@ SELECT pg_advisory_xact_lock(hashtext('motir_supervisor.limited_claims'));
 --   the next claim goes on where it stopped, so every key gets its turn. A
 --   full key it passes costs one probe, and few keys are full at a time: a
 --   full key has running rows.
--- A claim short of its limit parks the lane rows it passed over, and a key
--- with many rows beyond its room in the lane is parked as a whole (see
--- clogged), so that no later claim reads them again.
+-- A claim that finds nothing to take in the lane parks the rows it passed
+-- over, and a key with many rows beyond its room in the lane is parked as a
+-- whole (see clogged), so that no later claim reads them again.
 -- The rows then go by priority, run_at and id, up to the limit.
 -- more_due: more could run than this claim took, or it parked rows or cut
 -- its walk of the keys short; it comes back even when nothing was claimed.
@@ -490,13 +499,16 @@ WITH RECURSIVE clock AS MATERIALIZED (
             FOR UPDATE SKIP LOCKED
         ) AS q
         UNION
-        -- A claim short of its limit parks the rows it passed over: the
-        -- next claim reads past them, so rows of full keys at the head of
-        -- the lane never keep a key with room from being reached.
+        -- A claim that found nothing to take in the lane parks the rows it
+        -- passed over: the next one reads past them, so rows of full keys
+        -- at the head of the lane never keep a key with room from being
+        -- reached (see seconds_until_next_due, which sends a claim here).
         SELECT r.id
         FROM ranked AS r
         WHERE NOT r.was_parked AND r.key_place > r.key_room
-          AND (SELECT count(*) FROM chosen) < %(limit)s))
+          AND NOT EXISTS (SELECT FROM ranked AS o
+                          WHERE NOT o.was_parked
+                            AND (o.key_room IS NULL OR o.key_place <= o.key_room))))
     RETURNING id
 ), claimed AS (
     -- The claim's write, as in claim_due_jobs; started_at is the start the
