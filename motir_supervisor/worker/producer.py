@@ -36,8 +36,9 @@ log = logging.getLogger("motir_supervisor.worker")
 #: least this often, whatever it heard.
 LIMITED_CLAIM_BACKSTOP_SECONDS = 1.0
 #: At most this many rows per limited claim: limited claims run one at a
-#: time fleet-wide, so each one holds every other back while it runs.
-LIMITED_CLAIM_ROWS = 128
+#: time fleet-wide, so each one holds every other back while it runs, and
+#: the keys of what waits in a worker's reserve are held from every other.
+LIMITED_CLAIM_ROWS = 32
 #: A claim in doubt when the connection broke may commit later still; its
 #: rows are looked for once more this long after the reconnect.
 CLAIM_RECHECK_SECONDS = 2.0

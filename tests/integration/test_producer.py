@@ -18,7 +18,7 @@ from motir_supervisor.worker.completer import Completer
 from motir_supervisor.worker.executor import Executor
 from motir_supervisor.worker.leases import Leases
 from motir_supervisor.worker.poller import Poller
-from motir_supervisor.worker.producer import Producer
+from motir_supervisor.worker.producer import LIMITED_CLAIM_ROWS, Producer
 from motir_supervisor.worker.title import WorkerTitle
 from tests.helpers import wait_until
 
@@ -186,7 +186,8 @@ def test_the_limited_lane_sizes_its_claims_apart_from_the_regular_one(database_u
             sizes.append((count, producer.limited_batch_size))
             assert producer.claim(1) == (0, False)  # the regular lane is empty
         counts = [count for count, _ in sizes]
-        assert counts[0] == 8 and counts[-1] > 64, sizes  # from the free slots up
+        # From the free slots up to the most a limited claim takes.
+        assert counts[0] == 8 and counts[-1] == LIMITED_CLAIM_ROWS > 8, sizes
         assert producer.batch_size == 1
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
