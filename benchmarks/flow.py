@@ -33,7 +33,8 @@ LIMITS = f"""
 INSERT INTO job_queue_limits (kind, max_running_per_key, rate_limit, rate_seconds)
 VALUES ('noop_per_key', 1, NULL, NULL), ('sleep_per_key', 1, NULL, NULL),
        ('noop_rated', NULL, {RATE[0]}, {RATE[1]})
-ON CONFLICT (kind) DO NOTHING
+ON CONFLICT (kind) DO NOTHING;
+ANALYZE job_queue_limits;
 """
 
 
