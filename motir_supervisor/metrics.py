@@ -19,6 +19,9 @@ _fleet: Any = None
 #: Handler durations: 1 ms to 10 min, for jobs that range from a cache write
 #: to a report.
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 600)
+#: Waits from due to start: a few milliseconds on an idle fleet, up to an
+#: hour behind a backlog.
+WAIT_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
 
 
 class _Fleet:
@@ -33,6 +36,9 @@ class _Fleet:
             ["kind", "outcome"])
         self.duration = Histogram("motir_job_duration_seconds", "Handler run time",
                                   ["kind"], buckets=DURATION_BUCKETS)
+        self.wait = Histogram("motir_job_wait_seconds",
+                              "From a job falling due to its handler's start", ["queue"],
+                              buckets=WAIT_BUCKETS)
         self.released = Counter("motir_claims_released", "Claims given back by the supervisor",
                                 ["reason"])
         self.restarts = Counter("motir_worker_restarts",
@@ -73,10 +79,15 @@ def record_claim(queue: str) -> None:
         _fleet.claimed.labels(queue).inc()
 
 
-def record_run(kind: str, outcome: str, seconds: float) -> None:
+def record_run(kind: str, outcome: str, seconds: float, queue: str | None = None,
+               waited: float | None = None) -> None:
+    """A run that ended: its outcome and run time by kind, and, for one that
+    started, its wait from due to start by queue."""
     if _fleet is not None:
         _fleet.finished.labels(kind, outcome).inc()
         _fleet.duration.labels(kind).observe(seconds)
+        if queue is not None and waited is not None:
+            _fleet.wait.labels(queue).observe(max(waited, 0.0))
 
 
 def record_release(reason: str, count: int) -> None:

@@ -56,6 +56,8 @@ class ClaimedJob(NamedTuple):
     checkpoint_data: Any
     #: Smaller first: a worker starts its claimed jobs in this order.
     priority: int = 0
+    #: Seconds it had been due when the claim took it, by the database's clock.
+    waited: float = 0.0
 
 
 class Outcome(NamedTuple):
@@ -178,7 +180,7 @@ class JobStore:
             "claimant": claimant, "limit": limit, "lease_seconds": lease_seconds,
             "queues": list(queues) if queues else None,
         })
-        return [ClaimedJob(*row[:8]) for row in rows], bool(rows) and rows[0][8]
+        return [ClaimedJob._make((*row[:8], row[9])) for row in rows], bool(rows) and rows[0][8]
 
     def claim_limited_jobs(self, claimant: str, limit: int, lease_seconds: float,
                            queues: Sequence[str] | None,
@@ -193,7 +195,8 @@ class JobStore:
             "free": limit if free is None else free,
         }, after="lock_limited_claims")
         # One row even when nothing was claimed, for more_due.
-        return [ClaimedJob(*row[:8]) for row in rows if row[0] is not None], rows[0][8]
+        return ([ClaimedJob._make((*row[:8], row[9])) for row in rows if row[0] is not None],
+                rows[0][8])
 
     def seconds_until_next_due(self, queues: Sequence[str] | None) -> tuple[float | None, bool]:
         """(seconds, whether any kind is limited); the seconds are None when no

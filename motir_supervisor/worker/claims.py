@@ -74,6 +74,14 @@ class Run:
     #: Its outcome (or release) is in the database: the claim is no longer held.
     written: bool = False
 
+    def waited(self) -> float | None:
+        """Seconds from falling due to its handler's start: what the claim
+        measured by the database's clock, and the time since the claim was
+        sent until the start. None for a run that never started."""
+        if self.started is None:
+            return None
+        return self.claimed.waited + self.started - self.claim.sent_at
+
     @property
     def is_async(self) -> bool:
         return self.registration is not None and self.registration.is_async

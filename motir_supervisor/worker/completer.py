@@ -156,7 +156,8 @@ class Completer:
         adds one."""
         for run, outcome in ended:
             self._settle(run)
-            metrics.record_run(run.claimed.kind, outcome, run.duration)
+            metrics.record_run(run.claimed.kind, outcome, run.duration, run.claimed.queue,
+                               run.waited())
 
 
 def log_run(run: Run, outcome: str, detail: str = "") -> None:

@@ -32,7 +32,8 @@ class Timeouts:
             if run.is_async or run.timed_out or now < run.timeout_at:
                 continue
             if self.executor.time_out(run):
-                metrics.record_run(run.claimed.kind, "timed out", run.duration)
+                metrics.record_run(run.claimed.kind, "timed out", run.duration,
+                                   run.claimed.queue, run.waited())
                 assert run.registration is not None  # a run with a timeout has a kind
                 log_run(run, "timed out", f"ran past its timeout of"
                         f" {run.registration.timeout:g}s")

@@ -187,3 +187,23 @@ def test_commands_report_an_unreachable_database_in_one_line():
         assert result.returncode == 1
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
         assert "hunter2" not in result.stderr and "app@127.0.0.1:1/motir" in result.stderr
+
+
+def test_the_fleet_exports_each_runs_wait_from_due_to_start(executions, start_supervisor):
+    port = port_for.select_random()
+    start_supervisor("--workers", "1", "--metrics-port", str(port))
+    executions.rows("INSERT INTO job_queue (kind, queue, run_at) VALUES"
+                    " ('record', 'late', now() - interval '60 seconds'),"
+                    " ('record', 'prompt', now())")
+    url = f"http://127.0.0.1:{port}/metrics"
+
+    def scraped():
+        text = fetch(url)[1]
+        counted = [metric(text, "motir_job_wait_seconds_count", queue=queue)
+                   for queue in ("late", "prompt")]
+        return text if counted == [1, 1] else None
+    text = wait_until(scraped, 10, message="the waits of both runs")
+    # By queue, from due to the handler's start: a minute late, and at once.
+    assert 60 <= metric(text, "motir_job_wait_seconds_sum", queue="late") < 70
+    assert metric(text, "motir_job_wait_seconds_sum", queue="prompt") < 5
+    assert "motir_job_wait_seconds_bucket{le=\"60.0\",queue=\"late\"} 0.0" in text

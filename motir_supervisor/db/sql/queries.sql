@@ -113,7 +113,9 @@ SELECT id, queue, kind, payload, attempts, max_attempts, checkpoint, priority,
                       OR n.queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
                ORDER BY n.run_at, n.id
                LIMIT 1
-           ) AS left_over) AS more_due
+           ) AS left_over) AS more_due,
+       -- How long it had been due when claimed (the wait an SLO watches).
+       extract(epoch FROM statement_timestamp() - run_at)::float8 AS waited
 FROM claimed
 ORDER BY priority, run_at, id;
 
@@ -552,7 +554,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
            AS more_due
 )
 SELECT c.id, c.queue, c.kind, c.payload, c.attempts, c.max_attempts, c.checkpoint, c.priority,
-       m.more_due
+       m.more_due, extract(epoch FROM (SELECT now FROM clock) - c.run_at)::float8 AS waited
 FROM more AS m
 LEFT JOIN claimed AS c ON true
 ORDER BY c.priority, c.run_at, c.id;
