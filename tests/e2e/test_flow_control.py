@@ -86,7 +86,10 @@ def _kill(pids, ended_at):
     tell when their process died exactly (a rerun may start before it saw
     the process gone), so only the database's spans count them."""
     for pid in pids:
-        os.kill(pid, signal.SIGKILL)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # gone already (its runs are counted as the killed ones are)
     wait_until(lambda: not any(os.path.exists(f"/proc/{pid}/status") and "zombie" not in
                                open(f"/proc/{pid}/status").read() for pid in pids),
                5, message="killed workers gone")

@@ -323,41 +323,13 @@ WITH RECURSIVE clock AS MATERIALIZED (
     -- `wrapped`), each key once. A key counts as found when it has room
     -- and a row this claim may take (due, of a queue it serves, not
     -- paused). The walk stops once the keys found fill what the kind may
-    -- take, or a few dozen keys later.
-    SELECT k.kind, k.per_key, k.slots, k.key_cursor AS start, step.key, step.wrapped,
-           room.room, (room.room > 0 AND room.takeable)::integer AS found, 1 AS visits
+    -- take, or a few dozen keys later. It starts from a row of no key
+    -- (visits 0) at the cursor, or at '' (before every key: a key is never
+    -- empty) when there is none.
+    SELECT k.kind, k.per_key, k.slots, k.key_cursor AS start,
+           coalesce(k.key_cursor, '') AS key, false AS wrapped, 0::bigint AS room,
+           0 AS found, 0 AS visits
     FROM kinds AS k
-    CROSS JOIN LATERAL (
-        SELECT min(p.concurrency_key) AS key FROM job_queue AS p
-        WHERE p.state = 'pending' AND p.parked AND p.kind = k.kind
-          AND p.concurrency_key > coalesce(k.key_cursor, '')
-    ) AS after
-    CROSS JOIN LATERAL (
-        SELECT coalesce(after.key, (
-                   SELECT min(p.concurrency_key) FROM job_queue AS p
-                   WHERE p.state = 'pending' AND p.parked AND p.kind = k.kind
-                     AND p.concurrency_key <= k.key_cursor)) AS key,
-               after.key IS NULL AS wrapped
-    ) AS step
-    CROSS JOIN LATERAL (
-        SELECT k.per_key - (SELECT count(*)
-                            FROM (SELECT FROM job_queue AS r
-                                  WHERE r.state = 'running' AND r.concurrency_key IS NOT NULL
-                                    AND r.kind = k.kind AND r.concurrency_key = step.key
-                                  LIMIT k.per_key) AS running) AS room,
-               -- The first takeable row in the key's order, as its
-               -- index holds it.
-               step.key IS NOT NULL AND (
-                   SELECT 1 FROM job_queue AS q
-                   WHERE q.state = 'pending' AND q.parked
-                     AND q.kind = k.kind AND q.concurrency_key = step.key
-                     AND q.run_at <= now()
-                     AND (%(queues)s::text[] IS NULL OR q.queue = ANY(%(queues)s::text[]))
-                     AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
-                          OR q.queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
-                   ORDER BY q.priority, q.run_at, q.id
-                   LIMIT 1) IS NOT NULL AS takeable
-    ) AS room
     WHERE k.slots > 0 AND k.per_key IS NOT NULL
     UNION ALL
     SELECT w.kind, w.per_key, w.slots, w.start, step.key, step.wrapped, room.room,
