@@ -194,11 +194,14 @@ def race(target, processes, url, naive):
         assert p.exitcode == 0
 
 
-def hold_limited_claims(url: str, barrier: Any, rows: int, hold: tuple[float, float]) -> None:
+def hold_limited_claims(url: str, barrier: Any, rows: int, hold: tuple[float, float],
+                        hand_on: Callable[..., list] | None = None) -> None:
     """Claim limited jobs, ``rows`` at a time, until none is pending, as a
     worker would: each run recorded in test_executions strictly inside the
     time its row was running (with its key and the start its claim stamped),
-    held for a random time within ``hold``, then its success written."""
+    held for a random time within ``hold``, then its success written.
+    With ``hand_on(store, claimant, ids)``, the successes are written by it,
+    and the jobs it returns run next, the same way, before the next claim."""
     claimant = f"racer-{os.getpid()}"
     store = db.JobStore(url, prepare=False)
     log = psycopg2.connect(url)
@@ -206,8 +209,10 @@ def hold_limited_claims(url: str, barrier: Any, rows: int, hold: tuple[float, fl
     cur = log.cursor()
     store.conn
     barrier.wait()
+    jobs: list = []
     while True:
-        jobs, _ = store.claim_limited_jobs(claimant, rows, 30, None)
+        if not jobs:
+            jobs, _ = store.claim_limited_jobs(claimant, rows, 30, None)
         if not jobs:
             cur.execute("SELECT count(*) FROM job_queue WHERE state = 'pending'")
             if cur.fetchone()[0] == 0:
@@ -223,7 +228,11 @@ def hold_limited_claims(url: str, barrier: Any, rows: int, hold: tuple[float, fl
         time.sleep(random.uniform(*hold))
         cur.execute("UPDATE test_executions SET finished_at = clock_timestamp()"
                     " WHERE execution_id = ANY(%s)", (executions,))
-        store.record_outcomes(claimant, [db.Outcome(j.id) for j in jobs])
+        if hand_on is None:
+            store.record_outcomes(claimant, [db.Outcome(j.id) for j in jobs])
+            jobs = []
+        else:
+            jobs = hand_on(store, claimant, [j.id for j in jobs])
     store.close()
     log.close()
 

@@ -43,7 +43,8 @@ QUERIES: dict[str, str] = _load_queries("queries.sql", "dashboard.sql")
 #: Each connection prepares them on first use: planning the claim takes
 #: longer than running it, and a job waits for it.
 PREPARED = frozenset({"claim_due_jobs", "claim_limited_jobs", "record_successes",
-                      "record_outcomes", "renew_leases", "seconds_until_next_due"})
+                      "record_successes_handing_on", "record_outcomes", "renew_leases",
+                      "seconds_until_next_due"})
 _PARAMETER = re.compile(r"%\((\w+)\)s")
 
 

@@ -39,6 +39,10 @@ CONNECTION_ERRORS = (psycopg2.OperationalError, psycopg2.InterfaceError)
 #: Filled on first use, so that a statement replaced at start-up (as the
 #: tests' negative control replaces the claim) is the one prepared.
 _PREPARED_FORMS: dict[str, tuple[str, str]] = {}
+#: The statements that end runs, each sent after read_committed (see there).
+ENDS_RUNS = frozenset({"record_successes", "record_successes_handing_on", "record_outcomes",
+                       "release_claims_of", "release_claims_not_held", "fail_claims_of_dead",
+                       "expire_stale_leases"})
 
 
 # Tuples, not frozen dataclasses: a worker makes two of these per job, and a
@@ -148,6 +152,8 @@ class JobStore:
                     self._prepared.add(name)
             else:
                 statement = QUERIES[name]
+            if after is None and name in ENDS_RUNS:
+                after = "read_committed"
             if after is not None:
                 statement = f"{QUERIES[after]}\n{statement}"
             cur.execute(statement, params)
@@ -219,6 +225,18 @@ class JobStore:
         """Runs that returned: the ids of the rows still ours, now succeeded."""
         return {row[0] for row in self._run("record_successes",
                                             {"claimant": claimant, "ids": ids})}
+
+    def record_successes_handing_on(self, claimant: str, ids: list[int], room: int,
+                                    lease_seconds: float, queues: Sequence[str] | None
+                                    ) -> tuple[set[int], list[ClaimedJob]]:
+        """record_successes that also claims, up to ``room``, the next due job
+        of each key whose run succeeded, for the kinds limited per key only:
+        (the ids written, the jobs claimed)."""
+        rows = self._run("record_successes_handing_on", {
+            "claimant": claimant, "ids": ids, "room": room, "lease_seconds": lease_seconds,
+            "queues": list(queues) if queues else None})
+        return ({row[0] for row in rows if row[0] is not None},
+                [ClaimedJob._make(row[1:]) for row in rows if row[0] is None])
 
     def record_outcomes_of(self, claimant: str,
                            outcomes: Sequence[Outcome]) -> list[tuple[int, str, str]]:

@@ -48,6 +48,9 @@ class Claim:
     #: A claim of limited kinds: sized by free slots, so the batch size
     #: learns nothing from it.
     limited: bool = False
+    #: Claimed by a write of successes, for their keys' next jobs: sized by
+    #: the room there was, so the batch size learns nothing from it either.
+    handed_on: bool = False
 
 
 @dataclasses.dataclass(slots=True, eq=False)

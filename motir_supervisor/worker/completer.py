@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Callable
 
 from .. import db, metrics, outcomes
 from ..config import Config
@@ -50,6 +51,9 @@ class Completer:
         self._unwritten_since = 0.0
         #: Withdrawn runs whose claims are still to give back.
         self._to_release: list[Run] = []
+        #: Writes successes of limited runs and claims what they hand on:
+        #: the producer's (it holds what is claimed).
+        self.hand_on: Callable[[list[int]], set[int]] | None = None
 
     def add_ended(self, runs: list[Run], since: float) -> None:
         """Runs the executor ended, the first of them at ``since``."""
@@ -95,8 +99,14 @@ class Completer:
             _log_ended(ended)
 
     def _record_successes(self, runs: list[Run]) -> list[tuple[Run, str]]:
-        """Write the successes of runs that returned; (run, outcome) for each."""
-        written = self.store.record_successes(self.claimant, [run.claimed.id for run in runs])
+        """Write the successes of runs that returned; (run, outcome) for each.
+        Where some came from a limited claim, the write hands their keys'
+        slots on to the keys' next jobs (see Producer.write_handing_on)."""
+        ids = [run.claimed.id for run in runs]
+        if self.hand_on is not None and any(run.claim.limited for run in runs):
+            written = self.hand_on(ids)
+        else:
+            written = self.store.record_successes(self.claimant, ids)
         return [(run, "succeeded" if run.claimed.id in written else "lost") for run in runs]
 
     def _record_outcomes(self, runs: list[Run]) -> list[tuple[Run, str]]:

@@ -96,6 +96,7 @@ class Worker:
         self.producer = Producer(config, claimant, index, self.store, self.executor,
                                  self.ledger, held, self.completer, self.leases, self.poller,
                                  round_trips, stop_check=self._stop_landed)
+        self.completer.hand_on = self.producer.write_handing_on
         self.producer.claims_left = self.recycling.claim_budget
         self.timeouts = Timeouts(self.executor)
         self.stop_requested = False

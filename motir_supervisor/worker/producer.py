@@ -36,9 +36,8 @@ log = logging.getLogger("motir_supervisor.worker")
 #: least this often, whatever it heard.
 LIMITED_CLAIM_BACKSTOP_SECONDS = 1.0
 #: At most this many rows per limited claim: limited claims run one at a
-#: time fleet-wide, so each one holds every other back while it runs, and
-#: the keys of what waits in a worker's reserve are held from every other.
-LIMITED_CLAIM_ROWS = 32
+#: time fleet-wide, so each one holds every other back while it runs.
+LIMITED_CLAIM_ROWS = 128
 #: A claim in doubt when the connection broke may commit later still; its
 #: rows are looked for once more this long after the reconnect.
 CLAIM_RECHECK_SECONDS = 2.0
@@ -221,7 +220,6 @@ class Producer:
                 self.claimant, limit, self.config.lease_seconds, self.queues)
         self._claim_in_doubt = False
         self.round_trips.took(sent)
-        self.claims_left -= len(jobs)
         if not jobs:
             if limited:
                 return 0, more_due
@@ -230,7 +228,10 @@ class Producer:
             self._resize(1, sent)
             self._last_claimed_priority = None
             return 0, False
-        if not limited:
+        if limited:
+            claim = Claim(sent, self.limited_batch_size if size is None else size, limit,
+                          open=len(jobs), limited=True)
+        else:
             # Limited jobs have a lane, and priorities, of their own.
             last = self._last_claimed_priority
             if last is not None and jobs[0].priority < last:
@@ -238,17 +239,48 @@ class Producer:
             # Only behind a backlog (due jobs left after this claim): jobs
             # given back, or a queue that ran dry, arm nothing.
             self._last_claimed_priority = jobs[-1].priority if more_due else None
+            self.last_claim_was_short = len(jobs) < limit
+            claim = Claim(sent, self.batch_size if size is None else size, limit, open=len(jobs))
+        self._take(jobs, claim)
+        return len(jobs), more_due
+
+    def write_handing_on(self, ids: list[int]) -> set[int]:
+        """Write the successes of these runs, some of them of limited kinds,
+        claiming the next due job of each key whose run succeeded (kinds
+        limited per key only; see db.JobStore.record_successes_handing_on):
+        such a key's next job waits for no claim. The ids written.
+
+        The next jobs take the places of the runs that ended, so the worker
+        holds no more than it did; they wait no longer than any claimed job
+        (see give_back_slow_claims)."""
+        room = 0 if self.stop_check() else min(
+            len(ids), self.ledger.free_entries(), self.claims_left)
+        if room <= 0:
+            return self.store.record_successes(self.claimant, ids)
+        sent = time.monotonic()
+        # A claim as any other: if the connection breaks, its rows may be
+        # this worker's unknown to it (see after_reconnect).
+        self._claim_in_doubt = True
+        written, jobs = self.store.record_successes_handing_on(
+            self.claimant, ids, room, self.config.lease_seconds, self.queues)
+        self._claim_in_doubt = False
+        if jobs:
+            # Sized by what ended, not by a batch size, which it leaves alone.
+            self._take(jobs, Claim(sent, self.limited_batch_size, len(jobs), open=len(jobs),
+                                   limited=True, handed_on=True))
+        return written
+
+    def _take(self, jobs: list[db.ClaimedJob], claim: Claim) -> None:
+        """Hold the jobs a statement claimed, and start them."""
+        sent = claim.sent_at
+        self.claims_left -= len(jobs)
         self.leases.claimed(sent)
-        claim = Claim(sent, self.batch_size if size is None else size, limit, open=len(jobs),
-                      limited=limited)
         claim.runs = [Run(job, claim, self.ledger.claim(job.id),
                           registry.registration_for(job.kind)) for job in jobs]
         for run in claim.runs:
             self.held[run.claimed.id] = run
             metrics.record_claim(run.claimed.queue)
         self._open_claims.append(claim)
-        if not limited:
-            self.last_claim_was_short = len(jobs) < limit
         if self.stop_check():
             # Claimed while the stop signal landed: nothing starts after it.
             self._withdraw_runs(claim.runs)
@@ -262,7 +294,6 @@ class Producer:
             # Armed before any handler starts: see Leases.update_alarm.
             self.leases.arm()
             self.executor.submit(claim.runs)
-        return len(jobs), more_due
 
     def _close(self, run: Run, now: float) -> None:
         """One run of its claim ended or was withdrawn; adapt the batch size
@@ -271,7 +302,7 @@ class Producer:
         claim.open -= 1
         if claim.open == 0:
             self._open_claims.remove(claim)
-            if claim.sent_at < self._size_changed_at[claim.limited]:
+            if claim.sent_at < self._size_changed_at[claim.limited] or claim.handed_on:
                 return  # sent before the size last changed: it is out of date
             # From its first start to its last end, as the handlers' threads
             # saw them: not the wait behind an earlier claim's runs, nor how

@@ -4,13 +4,15 @@ window, parked rows, what an idle worker waits for, the claim's cost with
 many keys, and forked claimants racing, with a negative control for each
 limit that a naive claim overshoots."""
 
+import threading
 import time
 
 import psycopg2
 import pytest
 
 from motir_supervisor import db
-from tests.helpers import hold_limited_claims, most_at_once_per_key, race
+from tests.helpers import (hold_limited_claims, most_at_once_per_key, notifications, race,
+                           wakeup_listener)
 
 PER_KEY = db.Limits(max_running_per_key=1)
 
@@ -323,6 +325,145 @@ def test_a_retry_is_a_start(sql, store):
     assert store.claim_limited_jobs("c", 10, 30, None) == ([], False)
 
 
+# -- hand-on -----------------------------------------------------------------------
+
+
+def _hand_on(store, claimant, jobs, room=10, queues=None):
+    return store.record_successes_handing_on(claimant, [j.id for j in jobs], room, 30, queues)
+
+
+def test_a_success_hands_its_keys_slot_to_the_keys_next_job(sql, store, database_url):
+    store.sync_limits({"a": PER_KEY})
+    k1, _, k2, k1_last = _insert(sql, "a", ["x", "x", "y", "x"])
+    k1_next = k1 + 1
+    jobs, _ = store.claim_limited_jobs("c", 10, 30, None)
+    assert sorted(j.id for j in jobs) == [k1, k2]
+    listener = wakeup_listener(database_url)
+    written, handed = _hand_on(store, "c", jobs)
+    # x's next job is this worker's, in the same write; y has none, and
+    # its slot frees, which wakes the workers.
+    assert written == {k1, k2} and [j.id for j in handed] == [k1_next]
+    assert sql.rows("SELECT state, locked_by, attempts FROM job_queue WHERE id = %s",
+                    (k1_next,)) == [("running", "c", 1)]
+    assert "*" in notifications(listener)
+    # Every slot handed on: nothing freed, nobody woken.
+    written, handed = _hand_on(store, "c", handed)
+    assert written == {k1_next} and [j.id for j in handed] == [k1_last]
+    assert notifications(listener) == []
+    assert sql.value("SELECT count(*) FROM job_queue WHERE state = 'running'") == 1
+    written, handed = _hand_on(store, "c", handed)
+    assert written == {k1_last} and handed == [] and "*" in notifications(listener)
+    listener.close()
+
+
+def test_a_hand_on_takes_parked_rows_and_the_room_it_is_given(sql, store):
+    store.sync_limits({"a": PER_KEY})
+    ids = _insert(sql, "a", ["x", "y", "z", "x", "y", "z"])
+    jobs, _ = store.claim_limited_jobs("c", 10, 30, None)
+    sql.rows("UPDATE job_queue SET parked = true WHERE id = %s", (ids[3],))
+    written, handed = _hand_on(store, "c", jobs, room=2)
+    assert len(written) == 3 and [j.id for j in handed] == ids[3:5]
+    # z's slot went to no one: its next job is the limited claim's.
+    again, _ = store.claim_limited_jobs("c", 10, 30, None)
+    assert [j.id for j in again] == [ids[5]]
+
+
+def test_a_hand_on_leaves_a_lowered_limit_to_be_reached(sql, store):
+    store.sync_limits({"a": db.Limits(max_running_per_key=2)})
+    _insert(sql, "a", ["x"] * 6)
+    first, _ = store.claim_limited_jobs("c1", 1, 30, None)
+    second, _ = store.claim_limited_jobs("c2", 1, 30, None)
+    store.sync_limits({"a": db.Limits(max_running_per_key=1)})
+    # Two run where one may: the first to end hands nothing on.
+    assert _hand_on(store, "c1", first)[1] == []
+    assert len(_hand_on(store, "c2", second)[1]) == 1
+    assert sql.value("SELECT count(*) FROM job_queue WHERE state = 'running'") == 1
+
+
+@pytest.mark.parametrize("case", ["kind-wide limit", "rate limit", "paused", "other queue",
+                                  "not due", "lost claim"])
+def test_what_a_success_does_not_hand_on(sql, store, case):
+    limits = {"kind-wide limit": db.Limits(max_running=5, max_running_per_key=1),
+              "rate limit": db.Limits(max_running_per_key=1, rate_limit=100, rate_seconds=1.0)}
+    store.sync_limits({"a": limits.get(case, PER_KEY)})
+    first, following = _insert(sql, "a", ["x", "x"])
+    jobs, _ = store.claim_limited_jobs("c", 10, 30, None)
+    if case == "paused":
+        store.pause_queue("default")
+    if case == "not due":
+        sql.rows("UPDATE job_queue SET run_at = now() + interval '1 hour' WHERE id = %s",
+                 (following,))
+    if case == "lost claim":
+        sql.rows("UPDATE job_queue SET locked_by = 'reaper' WHERE id = %s", (first,))
+    queues = ["other"] if case == "other queue" else None
+    written, handed = _hand_on(store, "c", jobs, queues=queues)
+    assert handed == []
+    assert written == (set() if case == "lost claim" else {first})
+    assert sql.value("SELECT state FROM job_queue WHERE id = %s", (following,)) == "pending"
+
+
+def test_a_freed_key_brings_its_first_parked_row_back_to_the_lane(sql, store):
+    store.sync_limits({"a": PER_KEY})
+    ids = _insert(sql, "a", ["x"] * 4)
+    jobs, _ = store.claim_limited_jobs("c", 10, 30, None)
+    sql.rows("UPDATE job_queue SET parked = true WHERE id <> %s", (ids[0],))
+    _finish(store, "c", jobs)
+    assert sql.rows("SELECT id FROM job_queue WHERE parked ORDER BY id") == [(i,) for i in ids[2:]]
+    # Found in the lane, no walk needed.
+    sql.rows("UPDATE job_queue_limits SET key_cursor = 'x'")
+    assert [j.id for j in store.claim_limited_jobs("c", 10, 30, None)[0]] == [ids[1]]
+
+
+def test_a_key_crowded_out_of_a_claim_stays_in_the_lane(sql, store):
+    store.sync_limits({"a": PER_KEY})
+    ahead = [f"k{n:02}" for n in range(17)]
+    _insert(sql, "a", ahead + ["z"] * 30)
+    # The claim reads 35 rows, 18 of them z's, which has room but comes
+    # after what the claim may take: its rows are not parked out of reach.
+    jobs, more = store.claim_limited_jobs("c", 17, 30, None)
+    assert _keys_of(sql, jobs) == ahead and more
+    assert sql.value("SELECT count(*) FROM job_queue WHERE parked") == 0
+    assert _keys_of(sql, store.claim_limited_jobs("c", 17, 30, None)[0]) == ["z"]
+
+
+def test_a_run_taken_over_still_counts_against_a_lowered_limit(sql, store):
+    store.sync_limits({"a": db.Limits(max_running_per_key=2)})
+    _insert(sql, "a", ["x"] * 6)
+    jobs, _ = store.claim_limited_jobs("c1", 2, 30, None)
+    sql.rows("UPDATE job_queue SET locked_by = 'c2' WHERE id = %s", (jobs[0].id,))
+    store.sync_limits({"a": PER_KEY})
+    assert _hand_on(store, "c1", jobs) == ({jobs[1].id}, [])
+    assert sql.value("SELECT count(*) FROM job_queue WHERE state = 'running'") == 1
+
+
+def test_a_freed_key_sees_what_a_claim_parked_meanwhile_whatever_the_default_isolation(
+        sql, database_url):
+    sql.rows("ALTER DATABASE " + database_url.rsplit("/", 1)[1]
+             + " SET default_transaction_isolation = 'repeatable read'")
+    store = db.JobStore(database_url)
+    store.sync_limits({"a": PER_KEY})
+    ids = _insert(sql, "a", ["x"] * 3)
+    jobs, _ = store.claim_limited_jobs("c", 1, 30, None)
+    claim = psycopg2.connect(database_url)
+    cur = claim.cursor()
+    # A claim holds the lock; the run ends meanwhile, and its trigger waits.
+    cur.execute(db.QUERIES["lock_limited_claims"])
+    ended = threading.Thread(target=_finish, args=(store, "c", jobs))
+    ended.start()
+    deadline = time.monotonic() + 10
+    while not sql.value("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                        " AND NOT granted"):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    # The claim parks x's rows, as it would seeing x's run still going.
+    cur.execute("UPDATE job_queue SET parked = true WHERE id <> %s", (ids[0],))
+    claim.commit()
+    ended.join(10)
+    assert sql.rows("SELECT id FROM job_queue WHERE parked ORDER BY id") == [(ids[2],)]
+    claim.close()
+    store.close()
+
+
 # -- races ------------------------------------------------------------------------------
 
 RACERS = 6
@@ -338,12 +479,43 @@ NO_KEY_CHECK = db.QUERIES["claim_limited_jobs"].replace(
 assert NO_KEY_CHECK.count("per_key + 0 * (SELECT count(*)") == 2
 
 
+#: A naive hand-on: the successes written, then each key's next job taken in
+#: a statement of its own, whatever runs by then.
+NAIVE_NEXT = """
+UPDATE job_queue
+SET state = 'running', parked = false, locked_by = %(claimant)s,
+    lease_expires_at = clock_timestamp() + interval '30 seconds', attempts = attempts + 1,
+    started_at = clock_timestamp()
+WHERE id = ANY(ARRAY(SELECT min(q.id) FROM job_queue AS q
+                     JOIN job_queue AS e USING (kind, concurrency_key)
+                     WHERE q.state = 'pending' AND e.id = ANY(%(ids)s)
+                     GROUP BY q.kind, q.concurrency_key))
+  AND state = 'pending'
+RETURNING id, queue, kind, payload::text, attempts, max_attempts, checkpoint, priority, 0.0
+"""
+
+
+def _hand_on_in_one(store, claimant, ids):
+    return store.record_successes_handing_on(claimant, ids, len(ids), 30, None)[1]
+
+
+def _hand_on_in_two(store, claimant, ids):
+    store.record_outcomes(claimant, [db.Outcome(i) for i in ids])
+    # Whatever the worker does between the two (a round trip to a server
+    # elsewhere, its other writes): meanwhile the slot is free.
+    time.sleep(0.01)
+    with store.conn.cursor() as cur:
+        cur.execute(NAIVE_NEXT, {"claimant": claimant, "ids": ids})
+        return [db.ClaimedJob._make(row) for row in cur.fetchall()]
+
+
 def _claim_and_hold(url, variant, barrier):
     if variant == "no lock":
         db.QUERIES["lock_limited_claims"] = "SELECT 1;"
     if variant == "no key check":
         db.QUERIES["claim_limited_jobs"] = NO_KEY_CHECK
-    hold_limited_claims(url, barrier, 3, (0.02, 0.05))
+    hand_on = {"hand-on": _hand_on_in_one, "naive hand-on": _hand_on_in_two}.get(variant)
+    hold_limited_claims(url, barrier, 3, (0.02, 0.05), hand_on)
 
 
 def _most_per_key(sql):
@@ -372,12 +544,16 @@ def _most_in_a_window(sql, seconds):
                for i, start in enumerate(starts))
 
 
-def test_racing_per_key_claims_never_run_a_key_twice_at_once(executions, database_url):
-    _race(executions, database_url, "real", PER_KEY, PER_KEY_JOBS)
+@pytest.mark.parametrize("variant", ["real", "hand-on"])
+def test_racing_per_key_claims_never_run_a_key_twice_at_once(executions, database_url, variant):
+    _race(executions, database_url, variant, PER_KEY, PER_KEY_JOBS)
     assert _most_per_key(executions) == 1
+    if variant == "hand-on":
+        # Slots were handed on: some jobs started without a claim of theirs.
+        assert executions.value("SELECT count(*) FROM job_queue WHERE NOT limited") > 0
 
 
-@pytest.mark.parametrize("variant", ["no lock", "no key check"])
+@pytest.mark.parametrize("variant", ["no lock", "no key check", "naive hand-on"])
 def test_negative_control_per_key_claims_without_the_lock_or_the_key_overshoot(
         executions, database_url, variant):
     for _ in range(5):

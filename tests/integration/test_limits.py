@@ -163,7 +163,7 @@ def _claim_and_hold(url, variant, barrier):
         db.QUERIES["lock_limited_claims"] = "SELECT 1;"
     if variant == "lock in the statement":
         db.QUERIES["claim_limited_jobs"] = IN_STATEMENT
-    hold_limited_claims(url, barrier, 2, (0.0005, 0.003))
+    hold_limited_claims(url, barrier, 2, (0.005, 0.02))
 
 
 def _race_limited_claims(sql, url, variant):
@@ -179,9 +179,13 @@ def _race_limited_claims(sql, url, variant):
 
 
 def test_racing_limited_claims_never_run_more_than_the_limit(executions, database_url):
-    most = _race_limited_claims(executions, database_url, "real")
-    assert most <= THROTTLED_MAX_RUNNING
-    assert most == THROTTLED_MAX_RUNNING  # the race did fill every slot
+    # Each race stays within the limit; one of three at least fills every
+    # slot, or the race could not have shown an overshoot.
+    most = []
+    while len(most) < 3 and THROTTLED_MAX_RUNNING not in most:
+        most.append(_race_limited_claims(executions, database_url, "real"))
+        assert most[-1] <= THROTTLED_MAX_RUNNING
+    assert THROTTLED_MAX_RUNNING in most
 
 
 @pytest.mark.parametrize("variant", ["no lock", "lock in the statement"])

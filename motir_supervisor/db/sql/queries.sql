@@ -10,6 +10,15 @@ LISTEN motir_job_queue;
 -- no_jit --
 SET jit = off;
 
+-- read_committed --
+-- Sent before each statement that ends runs, in one query string (see
+-- db.JobStore._run): the trigger a freed slot fires (migrations/0008)
+-- looks again, after the claims' lock, at what a claim committed
+-- meanwhile, which a transaction's single snapshot under REPEATABLE READ (a
+-- role's or database's default) would not show, and the hand-on locks rows
+-- that claims may have changed since its snapshot.
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+
 -- claim_due_jobs --
 -- One statement, hence one transaction: it locks due rows, skipping rows
 -- another worker holds, and writes the claim before anything else can see
@@ -229,18 +238,23 @@ SELECT pg_advisory_xact_lock(hashtext('motir_supervisor.limited_claims'));
 -- more than its rate_limit starts in any window of its rate_seconds, across
 -- every worker of every supervisor. Why none can overshoot:
 --
--- * Only this statement claims a limited job. The regular claim takes only
---   rows that are not `limited`, and the database keeps that column true
---   on every pending and running row a limit applies to: the route triggers
---   for rows inserted, retried or given another kind or key, sync_limits
---   for the rows already there when a limit appears.
+-- * Only this statement claims a limited job, but for a key's slot handed
+--   on (record_successes_handing_on), which replaces a running row of the
+--   key with the next one in one transaction: any snapshot counts the same
+--   running rows of the key, and of the kind, on either side of it. The
+--   regular claim takes only rows that are not `limited`, and the database
+--   keeps that column true on every pending and running row a limit
+--   applies to: the route triggers for rows inserted, retried or given
+--   another kind or key, sync_limits for the rows already there when a
+--   limit appears.
 -- * This statement runs only after lock_limited_claims, an earlier
 --   statement of its transaction. So limited claims run one at a time,
 --   fleet-wide, and under READ COMMITTED each statement takes its snapshot
 --   when it starts: this one's sees every earlier limited claim committed.
 -- * A slot is a running row, counted in that snapshot: the kind's, or the
 --   key's. No row starts running that it does not see (only a limited
---   claim starts one, and none runs beside it); a row that stopped running
+--   claim starts one, and none runs beside it, or a hand-on, in the place of
+--   a row it sees running); a row that stopped running
 --   since is still counted, which only leaves a slot for the next claim
 --   (the slot's notification brings it). A slot is freed by the row's own
 --   change of state, which happens once however the run ends (an outcome,
@@ -282,9 +296,12 @@ SELECT pg_advisory_xact_lock(hashtext('motir_supervisor.limited_claims'));
 --   the next claim goes on where it stopped, so every key gets its turn. A
 --   full key it passes costs one probe, and few keys are full at a time: a
 --   full key has running rows.
--- A claim that finds nothing to take in the lane parks the rows it passed
--- over, and a key with many rows beyond its room in the lane is parked as a
--- whole (see clogged), so that no later claim reads them again.
+-- A claim that finds nothing to take in the lane parks the keys it passed
+-- over, and a key with many rows beyond its room in the lane is parked too
+-- (see clogged), each with all its rows, so that no later claim reads them
+-- again. A key's slot that frees brings its first parked row back to the
+-- lane (migrations/0008), and a key's slot handed on takes its next row
+-- from either.
 -- The rows then go by priority, run_at and id, up to the limit.
 -- more_due: more could run than this claim took, or it parked rows or cut
 -- its walk of the keys short; it comes back even when nothing was claimed.
@@ -328,12 +345,13 @@ WITH RECURSIVE clock AS MATERIALIZED (
     -- empty) when there is none.
     SELECT k.kind, k.per_key, k.slots, k.key_cursor AS start,
            coalesce(k.key_cursor, '') AS key, false AS wrapped, 0::bigint AS room,
-           0 AS found, 0 AS visits
+           0 AS found, 0 AS passed, 0 AS visits
     FROM kinds AS k
     WHERE k.slots > 0 AND k.per_key IS NOT NULL
     UNION ALL
     SELECT w.kind, w.per_key, w.slots, w.start, step.key, step.wrapped, room.room,
-           w.found + (room.room > 0 AND room.takeable)::integer, w.visits + 1
+           w.found + (room.room > 0 AND room.takeable)::integer,
+           w.passed + (room.room > 0 AND NOT room.takeable)::integer, w.visits + 1
     FROM walk AS w
     CROSS JOIN LATERAL (
         -- On the second lap, no further than where the walk began: a range
@@ -457,6 +475,22 @@ WITH RECURSIVE clock AS MATERIALIZED (
     SELECT DISTINCT r.kind, r.key
     FROM ranked AS r
     WHERE NOT r.was_parked AND r.key_place > r.key_room + 16
+      -- Full once this claim's rows run: a key with room left (its rows
+      -- crowded out by others) stays in the lane, where it is found.
+      AND r.key_room <= (SELECT count(*) FROM chosen AS c JOIN ranked AS o ON o.id = c.id
+                         WHERE o.kind = r.kind AND o.key = r.key)
+    UNION
+    -- A claim that found nothing to take in the lane parks the keys it
+    -- passed over, each with all its rows: the next one reads past them,
+    -- so rows of full keys at the head of the lane never keep a key with
+    -- room from being reached (see seconds_until_next_due, which sends a
+    -- claim here).
+    SELECT r.kind, r.key
+    FROM ranked AS r
+    WHERE NOT r.was_parked AND r.key_place > r.key_room
+      AND NOT EXISTS (SELECT FROM ranked AS o
+                      WHERE NOT o.was_parked
+                        AND (o.key_room IS NULL OR o.key_place <= o.key_room))
 ), parked_now AS (
     UPDATE job_queue
     SET parked = true
@@ -472,17 +506,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
             LIMIT 10000
             FOR UPDATE SKIP LOCKED
         ) AS q
-        UNION
-        -- A claim that found nothing to take in the lane parks the rows it
-        -- passed over: the next one reads past them, so rows of full keys
-        -- at the head of the lane never keep a key with room from being
-        -- reached (see seconds_until_next_due, which sends a claim here).
-        SELECT r.id
-        FROM ranked AS r
-        WHERE NOT r.was_parked AND r.key_place > r.key_room
-          AND NOT EXISTS (SELECT FROM ranked AS o
-                          WHERE NOT o.was_parked
-                            AND (o.key_room IS NULL OR o.key_place <= o.key_room))))
+        LIMIT 10000))
     RETURNING id
 ), claimed AS (
     -- The claim's write, as in claim_due_jobs; started_at is the start the
@@ -518,9 +542,13 @@ WITH RECURSIVE clock AS MATERIALIZED (
 ), more AS (
     SELECT (SELECT count(*) FROM eligible) > (SELECT count(*) FROM chosen)
            OR EXISTS (SELECT FROM parked_now)
-           -- A walk that stopped before it had been round every key.
+           -- A walk that stopped before it had been round every key, with
+           -- keys found, or passed with room: more such keys may follow. One
+           -- that met only full keys goes on at the next wake-up: a full
+           -- key's slot that frees brings its first row back to the lane
+           -- (migrations/0008) and wakes the workers.
            OR EXISTS (SELECT FROM walk AS w
-                      WHERE w.key IS NOT NULL
+                      WHERE w.key IS NOT NULL AND (w.found > 0 OR w.passed > 0)
                         AND NOT EXISTS (SELECT FROM walk AS later
                                         WHERE later.kind = w.kind AND later.visits > w.visits))
            AS more_due
@@ -566,6 +594,148 @@ WHERE id = ANY(%(ids)s::bigint[])
   AND locked_by = %(claimant)s
   AND lease_expires_at IS NOT NULL
 RETURNING id, state, kind;
+
+-- record_successes_handing_on --
+-- record_successes for runs some of which came from a limited claim: each
+-- key of a kind limited per key only (no max_running, no rate limit) whose
+-- run succeeded hands its slot straight to the key's next due row, which
+-- this statement claims for the same worker (up to %(room)s rows, each key
+-- no more than the runs of it that ended). A key's next job then waits for
+-- no limited claim, and keys with backlogs run back to back.
+--
+-- Why no limit can overshoot: the ended run and the next one change state
+-- in one transaction, so every snapshot sees either the first running or
+-- the second, never both and never neither: the key's running rows, and
+-- the kind's, count the same before and after. A limited claim counting
+-- them (see claim_limited_jobs) sees as many as there will be. The next
+-- row is locked as any claim locks it (FOR UPDATE SKIP LOCKED, its state
+-- checked again once locked), so no two statements take it. And a key
+-- hands on only the room its other running rows leave it, as this
+-- statement's snapshot counts them: those can only be replaced one for
+-- one, or end, meanwhile, so a lowered limit is reached as its runs end.
+--
+-- The runs are locked first, fenced as in record_successes, so that the
+-- write knows which of them hand their slots on: those leave running with
+-- `limited` false, which tells the slot-freed trigger (migrations/0008)
+-- that no slot freed; the others free theirs as any run does. The next row
+-- is looked for in the lane and among the parked rows, each through its
+-- index of the key's rows in due order.
+WITH handing AS MATERIALIZED (
+    SELECT kind
+    FROM job_queue_limits
+    WHERE max_running_per_key IS NOT NULL AND max_running IS NULL AND rate_limit IS NULL
+), mine AS MATERIALIZED (
+    SELECT id, kind, concurrency_key AS key,
+           concurrency_key IS NOT NULL AND kind = ANY (ARRAY(SELECT kind FROM handing))
+               AS hands_on
+    FROM job_queue
+    WHERE id = ANY(%(ids)s::bigint[])
+      AND locked_by = %(claimant)s
+      AND lease_expires_at IS NOT NULL
+    FOR UPDATE
+), keys AS (
+    SELECT k.kind, k.key,
+           least(k.ended, l.max_running_per_key - (
+               SELECT count(*)
+               FROM (SELECT FROM job_queue AS r
+                     WHERE r.state = 'running' AND r.concurrency_key IS NOT NULL
+                       AND r.kind = k.kind AND r.concurrency_key = k.key
+                       AND r.id <> ALL (ARRAY(SELECT id FROM mine))
+                     LIMIT l.max_running_per_key) AS running)) AS room
+    FROM (SELECT kind, key, count(*) AS ended FROM mine WHERE hands_on GROUP BY kind, key) AS k
+    JOIN job_queue_limits AS l ON l.kind = k.kind
+), found AS (
+    SELECT due.id, due.priority, due.run_at, k.kind, k.key, k.room
+    FROM keys AS k
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at
+        FROM job_queue
+        WHERE state = 'pending' AND limited AND NOT parked AND concurrency_key IS NOT NULL
+          AND kind = k.kind AND concurrency_key = k.key
+          AND run_at <= now()
+          AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+          AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
+               OR queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
+        ORDER BY priority, run_at, id
+        LIMIT k.room
+    ) AS due
+    WHERE k.room > 0
+    UNION ALL
+    SELECT due.id, due.priority, due.run_at, k.kind, k.key, k.room
+    FROM keys AS k
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at
+        FROM job_queue
+        WHERE state = 'pending' AND parked
+          AND kind = k.kind AND concurrency_key = k.key
+          AND run_at <= now()
+          AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+          AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
+               OR queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
+        ORDER BY priority, run_at, id
+        LIMIT k.room
+    ) AS due
+    WHERE k.room > 0
+), chosen AS MATERIALIZED (
+    -- Read without locks, then locked: only the rows taken are held, so
+    -- that a freed slot's trigger skips none it could have brought back.
+    SELECT id, kind, key
+    FROM (SELECT id, kind, key, priority, run_at, room,
+                 row_number() OVER (PARTITION BY kind, key ORDER BY priority, run_at, id) AS place
+          FROM found) AS f
+    WHERE place <= room
+    ORDER BY priority, run_at, id
+    LIMIT %(room)s
+), locked AS MATERIALIZED (
+    SELECT c.id, c.kind, c.key
+    FROM chosen AS c
+    JOIN LATERAL (SELECT FROM job_queue AS q
+                  WHERE q.id = c.id AND q.state = 'pending'
+                  FOR UPDATE SKIP LOCKED) AS still ON true
+), handed_on AS (
+    -- As many ended runs of each key as it has next jobs: the ended runs
+    -- and the next jobs of a key, numbered apart, in one sort.
+    SELECT id
+    FROM (SELECT id, ended,
+                 row_number() OVER (PARTITION BY kind, key, ended ORDER BY id) AS place,
+                 count(*) FILTER (WHERE NOT ended) OVER (PARTITION BY kind, key) AS next
+          FROM (SELECT id, kind, key, true AS ended FROM mine WHERE hands_on
+                UNION ALL
+                SELECT id, kind, key, false FROM locked) AS both_sides) AS numbered
+    WHERE ended AND place <= next
+), ended AS (
+    UPDATE job_queue
+    SET state = 'succeeded',
+        finished_at = now(),
+        last_error = NULL,
+        locked_by = NULL,
+        lease_expires_at = NULL,
+        limited = limited AND id <> ALL (ARRAY(SELECT id FROM handed_on))
+    WHERE id = ANY(ARRAY(SELECT id FROM mine))
+    RETURNING id
+), handed AS (
+    UPDATE job_queue AS j
+    SET state = 'running',
+        parked = false,
+        locked_by = %(claimant)s,
+        lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_seconds)s),
+        attempts = j.attempts + 1,
+        started_at = clock_timestamp()
+    WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
+    RETURNING j.id, j.queue, j.kind, j.payload::text AS payload, j.attempts, j.max_attempts,
+              j.checkpoint, j.priority, j.run_at,
+              extract(epoch FROM clock_timestamp() - j.run_at)::float8 AS waited
+)
+-- The ids written, then the jobs claimed in the order they start.
+SELECT id, NULL::bigint, NULL, NULL, NULL, NULL::integer, NULL::integer, NULL::jsonb,
+       NULL::integer, NULL::float8
+FROM ended
+UNION ALL
+SELECT *
+FROM (SELECT NULL::bigint, id, queue, kind, payload, attempts, max_attempts, checkpoint,
+             priority, waited
+      FROM handed
+      ORDER BY priority, run_at, id) AS h;
 
 -- record_outcomes --
 -- The outcomes of a batch of runs in one statement, each fenced on the claim:
