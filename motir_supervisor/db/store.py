@@ -140,7 +140,8 @@ class JobStore:
     def _run(self, name: str, params: dict[str, Any] | None = None,
              after: str | None = None) -> list[tuple]:
         """Run the named statement; with ``after``, the statement of that name
-        first, in the same transaction (both go as one query string)."""
+        first, in the same transaction (both go as one query string), and
+        read_committed first for a statement that ends runs (ENDS_RUNS)."""
         with self.conn.cursor() as cur:
             if self.prepare and name in PREPARED:
                 forms = _PREPARED_FORMS.get(name)

@@ -621,7 +621,7 @@ RETURNING id, state, kind;
 -- is looked for in the lane and among the parked rows, each through its
 -- index of the key's rows in due order.
 WITH handing AS MATERIALIZED (
-    SELECT kind
+    SELECT kind, max_running_per_key AS per_key
     FROM job_queue_limits
     WHERE max_running_per_key IS NOT NULL AND max_running IS NULL AND rate_limit IS NULL
 ), mine AS MATERIALIZED (
@@ -635,15 +635,15 @@ WITH handing AS MATERIALIZED (
     FOR UPDATE
 ), keys AS (
     SELECT k.kind, k.key,
-           least(k.ended, l.max_running_per_key - (
+           least(k.ended, h.per_key - (
                SELECT count(*)
                FROM (SELECT FROM job_queue AS r
                      WHERE r.state = 'running' AND r.concurrency_key IS NOT NULL
                        AND r.kind = k.kind AND r.concurrency_key = k.key
                        AND r.id <> ALL (ARRAY(SELECT id FROM mine))
-                     LIMIT l.max_running_per_key) AS running)) AS room
+                     LIMIT h.per_key) AS running)) AS room
     FROM (SELECT kind, key, count(*) AS ended FROM mine WHERE hands_on GROUP BY kind, key) AS k
-    JOIN job_queue_limits AS l ON l.kind = k.kind
+    JOIN handing AS h ON h.kind = k.kind
 ), found AS (
     SELECT due.id, due.priority, due.run_at, k.kind, k.key, k.room
     FROM keys AS k
