@@ -7,10 +7,12 @@ and log it.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
+import re
 import traceback
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from . import db, registry
 from .ipc import ledger
@@ -21,6 +23,12 @@ log = logging.getLogger("motir_supervisor.worker")
 #: last_error keeps at most this many characters: enough for a message and
 #: the innermost frames, small enough to keep rows and status output lean.
 MAX_ERROR_CHARS = 4000
+#: A return value stored in output takes at most this many bytes of JSON: a
+#: result a caller reads, not a blob (return where a blob was put instead).
+MAX_OUTPUT_BYTES = 256 * 1024
+#: JSON's escape of a NUL, which jsonb refuses: an odd run of backslashes
+#: before "u0000" (an even run is an escaped backslash and the plain text).
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 class Decision(NamedTuple):
@@ -38,11 +46,44 @@ class Decision(NamedTuple):
 SUCCESS = Decision(ledger.SUCCEEDED)
 
 
-def as_outcome(job_id: int, decision: Decision) -> db.Outcome:
+def as_outcome(job_id: int, decision: Decision, output: str | None = None) -> db.Outcome:
     """What record_outcomes writes for a run that ended with ``decision``
     (not a release: that goes back, unwritten)."""
     return db.Outcome(job_id, decision.error, decision.retry_in_seconds, decision.permanent,
-                      decision.state == ledger.SNOOZED)
+                      decision.state == ledger.SNOOZED, output)
+
+
+def output_json(value: Any) -> tuple[str | None, str]:
+    """A handler's return value as the JSON text output stores: (the text,
+    "") or, for a value that cannot be stored, (None, why not). None stores
+    nothing. Whatever the value does, this returns: it is the job's result,
+    never its failure."""
+    if value is None:
+        return None, ""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return None, "it holds a lone surrogate, which is not text PostgreSQL can store"
+    except BaseException as exc:  # noqa: BLE001 - a handler's object, whatever it does
+        return None, f"JSON cannot hold it ({headline(exc)})"
+    if size > MAX_OUTPUT_BYTES:
+        return None, (f"its JSON takes {size} bytes, more than the {MAX_OUTPUT_BYTES} output"
+                      " holds")
+    if "\\u0000" in text and _NUL_ESCAPE.search(text):
+        return None, "it holds a NUL character, which PostgreSQL's jsonb cannot store"
+    return text, ""
+
+
+def ending(decision: Decision, attempt: int, max_attempts: int) -> str:
+    """How a run ended, in the words of hooks.RunEnd.outcome."""
+    if decision.state == ledger.SUCCEEDED:
+        return "succeeded"
+    if decision.state == ledger.SNOOZED:
+        return "snoozed"
+    if decision.state == ledger.RELEASE:
+        return "interrupted"
+    return "failed" if decision.permanent or attempt >= max_attempts else "retried"
 
 
 def retry_delay(attempt: int, base: float, cap: float) -> float:

@@ -15,11 +15,11 @@ import asyncio
 import dataclasses
 import json
 import os
+import time
 from typing import Any, Callable, Sequence
 
-from . import db, outcomes, registry
+from . import db, hooks, outcomes, registry
 from .config import Config
-from .ipc import ledger
 from .worker.claims import StopFlag
 
 #: The claimant name drain's claims carry, as `status` shows them.
@@ -60,6 +60,9 @@ class JobOutcome:
     checkpoints: tuple[Any, ...] = ()
     #: The decision the worker would write.
     decision: outcomes.Decision = outcomes.SUCCESS
+    #: What the handler returned, for a success; the row's output is this
+    #: as JSON (see outcomes.output_json), or NULL where JSON cannot hold it.
+    output: Any = None
 
     @property
     def checkpoint(self) -> Any:
@@ -99,28 +102,25 @@ def run_job(kind: str, payload: Any = None, *, attempt: int = 1, max_attempts: i
                           max_attempts=max_attempts, checkpoint_data=checkpoint_data,
                           stopping=flag, save_checkpoint=keep)
     error: BaseException | None = None
+    result: Any = None
+    opened = hooks.enter(handle) if hooks.active else None
+    started = time.monotonic()
     try:
         if registration.is_async:
-            asyncio.run(registration.handler(handle))
+            result = asyncio.run(registration.handler(handle))
         else:
             result = registration.handler(handle)
             if result is not None:
                 registry.refuse_awaitable(result, registration)
     except Exception as exc:  # noqa: BLE001 - every failure is the job's outcome
-        error = exc
+        error, result = exc, None
     decision = outcomes.decide(error, attempt, stopping, retry_base_seconds, retry_max_seconds)
-    return JobOutcome(kind, job_id, _outcome_of(decision, attempt, max_attempts), decision.error,
-                      decision.retry_in_seconds, error, tuple(saved), decision)
-
-
-def _outcome_of(decision: outcomes.Decision, attempt: int, max_attempts: int) -> str:
-    if decision.state == ledger.SUCCEEDED:
-        return SUCCEEDED
-    if decision.state == ledger.SNOOZED:
-        return SNOOZED
-    if decision.state == ledger.RELEASE:
-        return INTERRUPTED
-    return FAILED if decision.permanent or attempt >= max_attempts else RETRY
+    ending = outcomes.ending(decision, attempt, max_attempts)
+    if opened is not None:
+        hooks.leave(opened, hooks.RunEnd(ending, error, result, time.monotonic() - started))
+    return JobOutcome(kind, job_id, RETRY if ending == hooks.RETRIED else ending,
+                      decision.error, decision.retry_in_seconds, error, tuple(saved), decision,
+                      result)
 
 
 def drain(database: str | db.JobStore, *, queues: Sequence[str] | None = None,
@@ -160,8 +160,9 @@ def drain(database: str | db.JobStore, *, queues: Sequence[str] | None = None,
                      for job in claimed]
             # Nothing asks a drained handler to stop, so no run is given
             # back (INTERRUPTED): every one has an outcome to write.
-            store.record_outcomes(CLAIMANT, [outcomes.as_outcome(o.job_id, o.decision)
-                                             for o in batch])
+            store.record_outcomes(CLAIMANT, [
+                outcomes.as_outcome(o.job_id, o.decision, outcomes.output_json(o.output)[0])
+                for o in batch])
             ran += batch
     finally:
         if store is not database:

@@ -40,7 +40,8 @@ CONNECTION_ERRORS = (psycopg2.OperationalError, psycopg2.InterfaceError)
 #: tests' negative control replaces the claim) is the one prepared.
 _PREPARED_FORMS: dict[str, tuple[str, str]] = {}
 #: The statements that end runs, each sent after read_committed (see there).
-ENDS_RUNS = frozenset({"record_successes", "record_successes_handing_on", "record_outcomes",
+ENDS_RUNS = frozenset({"record_successes", "record_successes_with_output",
+                       "record_successes_handing_on", "record_outcomes",
                        "release_claims_of", "release_claims_not_held", "fail_claims_of_dead",
                        "expire_stale_leases"})
 
@@ -75,6 +76,8 @@ class Outcome(NamedTuple):
     #: The handler raised Snooze: pending again after retry_in_seconds, the
     #: attempt handed back.
     snoozed: bool = False
+    #: A success's return value as JSON text (see outcomes.output_json), or None.
+    output: str | None = None
 
 
 class JobStore:
@@ -222,10 +225,18 @@ class JobStore:
         """{job id: new state} for the rows still ours; the others are left alone."""
         return {job_id: state for job_id, state, _ in self.record_outcomes_of(claimant, outcomes)}
 
-    def record_successes(self, claimant: str, ids: list[int]) -> set[int]:
-        """Runs that returned: the ids of the rows still ours, now succeeded."""
-        return {row[0] for row in self._run("record_successes",
-                                            {"claimant": claimant, "ids": ids})}
+    def record_successes(self, claimant: str, ids: list[int],
+                         outputs: list[str | None] | None = None) -> set[int]:
+        """Runs that returned: the ids of the rows still ours, now succeeded.
+        ``outputs`` (JSON texts, each id's) are stored with them."""
+        return {row[0] for row in self._successes(claimant, ids, outputs)}
+
+    def _successes(self, claimant: str, ids: list[int],
+                   outputs: list[str | None] | None) -> list[tuple]:
+        if outputs is None:
+            return self._run("record_successes", {"claimant": claimant, "ids": ids})
+        return self._run("record_successes_with_output",
+                         {"claimant": claimant, "ids": ids, "outputs": outputs})
 
     def record_successes_handing_on(self, claimant: str, ids: list[int], room: int,
                                     lease_seconds: float, queues: Sequence[str] | None
@@ -246,9 +257,12 @@ class JobStore:
         by record_outcomes, whose join may grow with the square of what it
         is sent (see there)."""
         rows = []
-        successes = [o.job_id for o in outcomes if o.error is None and not o.snoozed]
-        if successes:
-            rows += self._run("record_successes", {"claimant": claimant, "ids": successes})
+        successes = [o for o in outcomes if o.error is None and not o.snoozed]
+        for returned in (False, True):
+            these = [o for o in successes if (o.output is not None) is returned]
+            if these:
+                rows += self._successes(claimant, [o.job_id for o in these],
+                                        [o.output for o in these] if returned else None)
         others = [o for o in outcomes if o.error is not None or o.snoozed]
         if others:
             rows += self._run("record_outcomes", {

@@ -46,7 +46,8 @@ _FIELDS = struct.Struct("<BxxxxxxdIf")
 _SECONDS = struct.Struct("<f")
 _HEADER_BYTES = 64
 #: Each entry's error text has a page of its own, touched only when a run
-#: fails, so a worker whose jobs succeed never pays memory for it.
+#: fails (or returns a value), so a worker whose jobs succeed with nothing
+#: to say never pays memory for it.
 ERROR_BYTES = mmap.PAGESIZE
 #: Header flag: the worker is leaving (a sync timeout, recycling): the
 #: supervisor may start its replacement now instead of when it exits.
@@ -67,6 +68,8 @@ class Entry(NamedTuple):
     retry_in_seconds: float
     error: str | None
     seconds: float
+    #: A success's output (JSON text), when it fitted; else None.
+    output: str | None = None
 
 
 class Ledger:
@@ -95,13 +98,18 @@ class Ledger:
         self._memory[self._entries_at + entry * _ENTRY.size + 8] = state
 
     def decide(self, entry: int, state: int, seconds: float, error: str | None = None,
-               retry_in_seconds: float = 0.0, permanent: bool = False) -> None:
-        """Store an outcome (the error first, the state byte last)."""
+               retry_in_seconds: float = 0.0, permanent: bool = False,
+               output: str | None = None) -> None:
+        """Store an outcome (the error first, the state byte last). A
+        success's output goes where a failure's error would, if it fits whole."""
         at = self._entries_at + entry * _ENTRY.size
         if state == SUCCEEDED:
-            _SECONDS.pack_into(self._memory, at + 28, seconds)
-            self._memory[at + 8] = state
-            return
+            encoded = output.encode("utf-8") if output is not None else b""
+            if not encoded or len(encoded) > ERROR_BYTES:
+                _SECONDS.pack_into(self._memory, at + 28, seconds)
+                self._memory[at + 8] = state
+                return
+            error = output
         size = 0
         if error is not None:
             encoded = error.encode("utf-8", "backslashreplace")[:ERROR_BYTES]
@@ -149,11 +157,14 @@ class Ledger:
                 self._memory, self._entries_at + entry * _ENTRY.size)
             if state == FREE:
                 continue
-            error = None
-            if state == FAILED:
+            text = None
+            if state in (FAILED, SUCCEEDED) and size:
                 at = self._errors_at + entry * ERROR_BYTES
-                error = self._memory[at:at + size].decode("utf-8", "replace")
-            found.append(Entry(job_id, state, bool(permanent), retry_in, error, seconds))
+                text = self._memory[at:at + size].decode("utf-8", "replace")
+            if state == SUCCEEDED:
+                found.append(Entry(job_id, state, False, 0.0, None, seconds, text))
+            else:
+                found.append(Entry(job_id, state, bool(permanent), retry_in, text, seconds))
         return found
 
     def close(self) -> None:

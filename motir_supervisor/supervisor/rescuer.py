@@ -87,7 +87,7 @@ class Rescuer:
         if decided:
             written = self.store.record_outcomes_of(item.claimant, [
                 db.Outcome(e.job_id, e.error, e.retry_in_seconds, e.permanent,
-                           e.state == ledger.SNOOZED)
+                           e.state == ledger.SNOOZED, e.output)
                 for e in decided.values()])
             for job_id, new_state, kind in written:
                 outcome = outcomes.outcome_of(new_state, decided[job_id].state == ledger.SNOOZED)

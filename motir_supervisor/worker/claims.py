@@ -11,8 +11,9 @@ handler.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
-from .. import db, outcomes, registry
+from .. import db, hooks, outcomes, registry
 
 
 class StopFlag:
@@ -72,10 +73,17 @@ class Run:
     duration: float = 0.0
     #: How it ended: set by the executor as it ends, and read only after.
     decision: outcomes.Decision = None  # type: ignore[assignment]
-    #: A sync handler ran past its kind's timeout and is left behind.
+    #: It ran past its kind's timeout: a sync handler is left behind, an
+    #: async one was cancelled (or could not be) as it ended.
     timed_out: bool = False
     #: Its outcome (or release) is in the database: the claim is no longer held.
     written: bool = False
+    #: What its handler returned, and that as the JSON text output stores
+    #: (None when it returned None, or a value output cannot hold).
+    output: Any = None
+    output_json: str | None = None
+    #: Its hooks, entered as it started; None with no hook registered.
+    opened: hooks.Opened | None = None
 
     def waited(self) -> float | None:
         """Seconds from falling due to its handler's start: what the claim

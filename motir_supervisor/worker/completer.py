@@ -102,11 +102,23 @@ class Completer:
         """Write the successes of runs that returned; (run, outcome) for each.
         Where some came from a limited claim, the write hands their keys'
         slots on to the keys' next jobs (see Producer.write_handing_on)."""
-        ids = [run.claimed.id for run in runs]
-        if self.hand_on is not None and any(run.claim.limited for run in runs):
-            written = self.hand_on(ids)
+        returned = [run for run in runs if run.output_json is not None]
+        written = set()
+        if returned:
+            # Their outputs go with them, in a statement of their own: most
+            # runs return nothing, and their write stays the plain one.
+            written = self.store.record_successes(
+                self.claimant, [run.claimed.id for run in returned],
+                [run.output_json for run in returned])
+            runs_left = [run for run in runs if run.output_json is None]
         else:
-            written = self.store.record_successes(self.claimant, ids)
+            runs_left = runs
+        if runs_left:
+            ids = [run.claimed.id for run in runs_left]
+            if self.hand_on is not None and any(run.claim.limited for run in runs_left):
+                written |= self.hand_on(ids)
+            else:
+                written |= self.store.record_successes(self.claimant, ids)
         return [(run, "succeeded" if run.claimed.id in written else "lost") for run in runs]
 
     def _record_outcomes(self, runs: list[Run]) -> list[tuple[Run, str]]:

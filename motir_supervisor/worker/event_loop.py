@@ -74,11 +74,11 @@ class _Stepped:
 
 
 class EventLoop:
-    def __init__(self, announce: Callable[[Run], None],
-                 job_handle: Callable[[Run], registry.Job],
+    def __init__(self, begin: Callable[[Run], registry.Job],
+                 returned: Callable[[Run, Any], None],
                  finish: Callable[[Run, BaseException | None, Any], object]):
-        self._announce = announce
-        self._job_handle = job_handle
+        self._begin = begin
+        self._returned = returned
         self._finish = finish
         #: Set by the loop's own thread before it signals the starter, never
         #: changed after; the starter is the executor, under its lock.
@@ -118,10 +118,11 @@ class EventLoop:
         # waited for a blocked loop to start it is not charged for the wait.
         begun = time.monotonic()
         try:
-            self._announce(run)
-            stepped = _Stepped(registration.handler(self._job_handle(run)))
+            stepped = _Stepped(registration.handler(self._begin(run)))
             async with asyncio.timeout(timeout) as limit:
-                await stepped
+                result = await stepped
+            if result is not None:
+                self._returned(run, result)
         except BaseException as exc:  # noqa: BLE001 - every failure is the job's outcome
             error = exc
         held = 0.0 if stepped is None else stepped.longest
@@ -130,6 +131,7 @@ class EventLoop:
                         " async job of this worker waited meanwhile", run.claimed.id,
                         run.claimed.kind, held)
         if timeout is not None and limit is not None:
+            run.timed_out = limit.expired() or time.monotonic() - begun > timeout
             if limit.expired():
                 error = TimeoutError(f"ran past the timeout of its kind ({timeout:g}s);"
                                      " its task was cancelled")

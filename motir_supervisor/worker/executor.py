@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from .. import outcomes, registry
+from .. import hooks, outcomes, registry
 from ..ipc import ledger, lifecycle
 from .claims import Run
 from .event_loop import EventLoop
@@ -117,7 +117,7 @@ class Executor:
         #: Set by stop_starting(): nothing starts any more.
         self._stopped = False
         #: Where async handlers run; its loop starts with the first of them.
-        self._async = EventLoop(self._announce, self._job_handle, self._finish)
+        self._async = EventLoop(self._begin, self._returned, self._finish)
 
     # -- the main thread's side ------------------------------------------------
 
@@ -214,11 +214,20 @@ class Executor:
     def time_out(self, run: Run) -> bool:
         """Mark a sync run that ran past its timeout; False if it ended meanwhile."""
         with self._lock:
-            if run not in self._running:
+            if run not in self._running or run.decision is not None:
                 return False
             run.timed_out = True
             self.ledger.mark(run.entry, ledger.TIMED_OUT)
             return True
+
+    def tell_timed_out(self, run: Run) -> None:
+        """Tell a timed-out sync run's on_run_end hooks that it ended: its
+        attempt fails now, whether or not its thread ever returns."""
+        if run.opened is not None:
+            job = run.claimed
+            hooks.tell_end(run.opened, hooks.RunEnd(
+                "failed" if job.attempt >= job.max_attempts else "retried",
+                _timeout_error(run), None, time.monotonic() - (run.started or 0.0), True))
 
     def abandon(self) -> list[Run]:
         """The worker exits with these runs still running (a drain's deadline):
@@ -286,16 +295,15 @@ class Executor:
         return mine
 
     def _finish(self, run: Run, error: BaseException | None, me: _Thread | None) -> Run | None:
-        # started: set by _start_more before the run was handed to anyone.
-        run.duration = time.monotonic() - run.started  # type: ignore[operator]
+        if run.opened is not None:
+            self._tell_hooks(run, error)
+        else:
+            # started: set by _start_more before the run was handed to anyone.
+            run.duration = time.monotonic() - run.started  # type: ignore[operator]
         with self._lock:
-            # Under the lock: time_out() may mark the run until this moment.
-            if run.timed_out:
-                assert run.registration is not None  # a run with a timeout has a kind
-                error = TimeoutError(f"ran past the timeout of its kind"
-                                     f" ({run.registration.timeout:g}s)")
-            decision = outcomes.SUCCESS if error is None else outcomes.decide(
-                error, run.claimed.attempt, run.stopping.value, self.retry_base, self.retry_cap)
+            decision = run.decision
+            if decision is None:
+                decision, error = self._decide(run, error)
             if not run.is_async:
                 self._sync_running -= 1
             recent = self._recent
@@ -308,7 +316,7 @@ class Executor:
                 self._run_seconds = sorted(recent)[len(recent) // 2]
             # Under the lock, so that abandon() never marks a run that has ended.
             self.ledger.decide(run.entry, decision.state, run.duration, decision.error,
-                               decision.retry_in_seconds, decision.permanent)
+                               decision.retry_in_seconds, decision.permanent, run.output_json)
             run.decision = decision
             run.ended = True
             self._running.discard(run)
@@ -332,6 +340,50 @@ class Executor:
         if first or slot_left_empty or rested:
             self._wake()
         return mine
+
+    def _decide(self, run: Run, error: BaseException | None
+                ) -> tuple[outcomes.Decision, BaseException | None]:
+        """How a run ended, and the error that says so; under the lock, since
+        time_out() may mark the run until its decision is made."""
+        if run.timed_out and not run.is_async:  # an async run's error says it already
+            error = _timeout_error(run)
+        decision = outcomes.SUCCESS if error is None else outcomes.decide(
+            error, run.claimed.attempt, run.stopping.value, self.retry_base, self.retry_cap)
+        return decision, error
+
+    def _tell_hooks(self, run: Run, error: BaseException | None) -> None:
+        """Decide how a run ended and run its hooks' ends, before its slot
+        frees and its outcome is written (so a hook has run by the time the
+        row shows the outcome). A decided run no longer times out."""
+        run.duration = time.monotonic() - run.started  # type: ignore[operator]
+        with self._lock:
+            run.decision, error = self._decide(run, error)
+        job = run.claimed
+        assert run.opened is not None
+        hooks.leave(run.opened, hooks.RunEnd(
+            outcomes.ending(run.decision, job.attempt, job.max_attempts), error,
+            run.output if error is None else None, run.duration, run.timed_out))
+
+    def _begin(self, run: Run) -> registry.Job:
+        """What comes before a handler, in its thread or task: the title,
+        its handle, the hooks' starts; a kind nobody registered fails here."""
+        self._announce(run)
+        handle = self._job_handle(run)
+        if hooks.active:
+            run.opened = hooks.enter(handle)
+        if run.registration is None:
+            known = ", ".join(registry.registered_kinds()) or "none"
+            raise LookupError(f"no handler registered for job kind {run.claimed.kind!r}"
+                              f" (registered: {known})")
+        return handle
+
+    def _returned(self, run: Run, result: Any) -> None:
+        """Keep what a handler returned for its output."""
+        run.output = result
+        run.output_json, why = outcomes.output_json(result)
+        if why:
+            log.warning("job %d %s returned a value output cannot store: %s; its output stays"
+                        " empty", run.claimed.id, run.claimed.kind, why)
 
     def _job_handle(self, run: Run) -> registry.Job:
         job = run.claimed
@@ -376,14 +428,17 @@ class Executor:
 
     def _call(self, run: Run) -> BaseException | None:
         try:
-            if run.registration is None:
-                known = ", ".join(registry.registered_kinds()) or "none"
-                raise LookupError(f"no handler registered for job kind {run.claimed.kind!r}"
-                                  f" (registered: {known})")
-            self._announce(run)
-            result = run.registration.handler(self._job_handle(run))
+            handle = self._begin(run)
+            assert run.registration is not None  # _begin raised otherwise
+            result = run.registration.handler(handle)
             if result is not None:
                 registry.refuse_awaitable(result, run.registration)
+                self._returned(run, result)
         except BaseException as exc:  # noqa: BLE001 - every failure is the job's outcome
             return exc
         return None
+
+
+def _timeout_error(run: Run) -> TimeoutError:
+    assert run.registration is not None  # a run with a timeout has a kind
+    return TimeoutError(f"ran past the timeout of its kind ({run.registration.timeout:g}s)")

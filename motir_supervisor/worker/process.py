@@ -26,7 +26,7 @@ from typing import Any
 
 import psycopg2
 
-from .. import db, metrics, registry
+from .. import db, hooks, metrics, registry
 from ..config import Config
 from ..ipc.ledger import Ledger
 from ..ipc.lifecycle import (EXIT_BOOT_FAILURE, EXIT_OK, EXIT_RECYCLED, EXIT_TIMEOUT,
@@ -140,11 +140,13 @@ class Worker:
         report_ready(self.ready_fd)
         metrics.name_this_process(f"worker-{self.index}")
         log.debug("worker %d (pid %d) up as %s", self.index, os.getpid(), self.claimant)
+        hooks.worker_started(self.index)
         try:
             return self._work_until_stopped()
         except ExitNow as exit_now:
             return exit_now.code
         finally:
+            hooks.worker_exiting(self.index)
             self.store.close()
 
     def _install_signals(self) -> None:

@@ -37,6 +37,7 @@ class Timeouts:
                 assert run.registration is not None  # a run with a timeout has a kind
                 log_run(run, "timed out", f"ran past its timeout of"
                         f" {run.registration.timeout:g}s")
+                self.executor.tell_timed_out(run)
                 timed_out = True
         return timed_out
 

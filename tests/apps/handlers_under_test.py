@@ -58,6 +58,7 @@ async def async_handler(j):
     await asyncio.sleep(0)
     if j.payload.get("fail"):
         raise ValueError("async boom")
+    return j.payload.get("value")
 
 
 @job("helper_interrupt_anyway")

@@ -28,6 +28,22 @@ def test_a_dead_workers_snooze_is_written_by_its_supervisor(sql, store):
     assert 50 < wait <= 60
 
 
+def test_a_dead_workers_success_is_written_with_its_output(sql, store):
+    from motir_supervisor.ipc import ledger
+    from motir_supervisor.supervisor.rescuer import Rescuer
+
+    ids = [sql.value("INSERT INTO job_queue (kind) VALUES ('x') RETURNING id") for _ in range(2)]
+    store.claim_due_jobs("dead:1", 2, 30, None)
+    entries = ledger.Ledger(4)
+    entries.decide(entries.claim(ids[0]), ledger.SUCCEEDED, 0.01, output='{"rows": 3}')
+    entries.decide(entries.claim(ids[1]), ledger.SUCCEEDED, 0.01)
+    settler = Rescuer(store, "")
+    settler.queue("dead:1", "killed", tuple(entries.entries()))
+    settler.settle_due()
+    assert sql.rows("SELECT id, state, output FROM job_queue ORDER BY id") == [
+        (ids[0], "succeeded", {"rows": 3}), (ids[1], "succeeded", None)]
+
+
 #: Settles what a SIGKILLed worker left in its ledger, with the fleet's
 #: metrics on, and prints them: jobs given as id=state, the ledger's state.
 SETTLE_A_DEAD_WORKER = """

@@ -19,7 +19,7 @@ SPEC_COLUMNS = {
     "created_at": "timestamp with time zone", "finished_at": "timestamp with time zone",
     "checkpoint": "jsonb", "started_at": "timestamp with time zone",
     "cancel_requested": "boolean", "priority": "smallint", "unique_key": "text",
-    "limited": "boolean", "concurrency_key": "text", "parked": "boolean",
+    "limited": "boolean", "concurrency_key": "text", "parked": "boolean", "output": "jsonb",
 }
 
 

@@ -31,6 +31,9 @@ def test_drain_runs_the_due_jobs_and_leaves_the_rows_as_a_worker_would(store, sq
     assert _row(sql, permanent) == ("failed", 1, False, True, None)
     assert _row(sql, later) == ("pending", 0, True, False, None)
     assert testing.drain(store) == []
+    # What a handler returned is the row's output, as a worker stores it.
+    assert sql.rows("SELECT id, output FROM job_queue WHERE output IS NOT NULL") == [
+        (ok, {"n": 1})]
 
 
 def test_drain_with_no_retry_delay_runs_a_retry_again_until_it_succeeds(database_url, sql, store):

@@ -91,3 +91,10 @@ def test_a_plain_handler_that_returns_a_coroutine_fails_saying_to_declare_it_asy
         gc.collect()
     assert not [w for w in caught if "never awaited" in str(w.message)]
     assert app.RUNS == []  # the coroutine's body never ran
+
+
+def test_the_output_is_what_the_handler_returned_def_and_async_alike():
+    assert testing.run_job("helper_ok", {"rows": [1, 2]}).output == {"rows": [1, 2]}
+    assert testing.run_job("helper_async", {"value": "done"}).output == "done"
+    assert testing.run_job("helper_async", {}).output is None
+    assert testing.run_job("helper_async", {"fail": True, "value": "x"}).output is None

@@ -92,6 +92,7 @@ LIMIT %(limit)s;
 -- dashboard_job --
 SELECT id, queue, kind, state, priority, unique_key, attempts, max_attempts,
        jsonb_pretty(payload) AS payload, jsonb_pretty(checkpoint) AS checkpoint,
+       jsonb_pretty(output) AS output, concurrency_key,
        last_error, locked_by, cancel_requested, limited,
        created_at, run_at, started_at, finished_at, lease_expires_at,
        extract(epoch FROM lease_expires_at - now()) AS lease_left,

@@ -595,6 +595,24 @@ WHERE id = ANY(%(ids)s::bigint[])
   AND lease_expires_at IS NOT NULL
 RETURNING id, state, kind;
 
+-- record_successes_with_output --
+-- record_successes for runs that returned a value: each row's output is
+-- written with its success. A statement of its own, so that the runs that
+-- return nothing (most of them) keep the plain one.
+UPDATE job_queue AS j
+SET state = 'succeeded',
+    finished_at = now(),
+    last_error = NULL,
+    locked_by = NULL,
+    lease_expires_at = NULL,
+    output = o.output::jsonb
+FROM unnest(%(ids)s::bigint[], %(outputs)s::text[]) AS o(id, output)
+WHERE j.id = o.id
+  AND j.id = ANY(%(ids)s::bigint[])
+  AND j.locked_by = %(claimant)s
+  AND j.lease_expires_at IS NOT NULL
+RETURNING j.id, j.state, j.kind;
+
 -- record_successes_handing_on --
 -- record_successes for runs some of which came from a limited claim: each
 -- key of a kind limited per key only (no max_running, no rate limit) whose

@@ -36,3 +36,18 @@ def test_a_ledger_error_longer_than_its_page_is_cut_not_spilled_into_the_next():
     book.decide(second, ledger.FAILED, 0.0, "second")
     by_id = {entry.job_id: entry.error for entry in book.entries()}
     assert by_id == {1: "x" * ledger.ERROR_BYTES, 2: "second"}
+
+
+def test_a_success_keeps_its_output_when_it_fits_its_page_and_only_then():
+    book = ledger.Ledger(4)
+    small, large, none, reused = (book.claim(job_id) for job_id in (1, 2, 3, 4))
+    book.decide(small, ledger.SUCCEEDED, 0.1, output='{"sent": "\u00e9"}')
+    book.decide(large, ledger.SUCCEEDED, 0.1, output='"' + "x" * ledger.ERROR_BYTES + '"')
+    book.decide(none, ledger.SUCCEEDED, 0.1)
+    # An entry that held a failure's error before holds no text for a success.
+    book.decide(reused, ledger.FAILED, 0.1, "ValueError: before")
+    book.release(reused)
+    book.decide(book.claim(5), ledger.SUCCEEDED, 0.1)
+    outputs = {entry.job_id: (entry.output, entry.error) for entry in book.entries()}
+    assert outputs == {1: ('{"sent": "\u00e9"}', None), 2: (None, None), 3: (None, None),
+                       5: (None, None)}
