@@ -18,5 +18,7 @@ Producers enqueue inside their own transaction with :func:`enqueue` and
 
 from .api import enqueue, enqueue_many
 from .registry import Interrupted, Job, PermanentFailure, Snooze, job
+from .worker.transactions import ClaimLost
 
-__all__ = ["Interrupted", "Job", "PermanentFailure", "Snooze", "enqueue", "enqueue_many", "job"]
+__all__ = ["ClaimLost", "Interrupted", "Job", "PermanentFailure", "Snooze", "enqueue",
+           "enqueue_many", "job"]

@@ -14,7 +14,7 @@ import inspect
 import json
 import math
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from .schedule import Schedule
@@ -250,11 +250,12 @@ class Job:
     """
 
     __slots__ = ("id", "kind", "queue", "_payload", "_payload_json", "attempt", "max_attempts",
-                 "checkpoint_data", "_stopping", "_save_checkpoint")
+                 "checkpoint_data", "_stopping", "_save_checkpoint", "_transaction")
 
     def __init__(self, *, id: int, kind: str, queue: str, payload: Any = None, attempt: int,
                  max_attempts: int, checkpoint_data: Any, stopping: StopRequest,
-                 save_checkpoint: Callable[[Any], bool], payload_json: str | None = None) -> None:
+                 save_checkpoint: Callable[[Any], bool], payload_json: str | None = None,
+                 transaction: Callable[[], ContextManager[Any]] | None = None) -> None:
         self.id = id
         self.kind = kind
         self.queue = queue
@@ -268,6 +269,7 @@ class Job:
         self.checkpoint_data = checkpoint_data
         self._stopping = stopping
         self._save_checkpoint = save_checkpoint
+        self._transaction = transaction
 
     @property
     def payload(self) -> Any:
@@ -302,6 +304,18 @@ class Job:
         if not self._save_checkpoint(data):
             raise RuntimeError(f"job {self.id} is no longer claimed by this worker")
         self.checkpoint_data = data
+
+    def transaction(self) -> ContextManager[Any]:
+        """``with j.transaction() as conn:``, a psycopg2 connection in an open
+        transaction; when the block exits cleanly, the job's success is
+        written in it and it commits, the handler's writes with it. A claim
+        lost meanwhile rolls everything back and raises ClaimLost; an
+        exception inside rolls everything back and the run fails as usual.
+        Once it committed, the job is done whatever the handler does after."""
+        if self._transaction is None:
+            raise RuntimeError("j.transaction() needs a job claimed by a worker; this run has"
+                               " no claim to complete (testing.run_job)")
+        return self._transaction()
 
     def __repr__(self) -> str:
         return f"<Job {self.id} {self.kind} attempt {self.attempt}/{self.max_attempts}>"

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import os
 import time
-from typing import Any, Callable, Sequence
+import types
+from typing import Any, Callable, ContextManager, Sequence
 
 from . import db, hooks, outcomes, registry
 from .config import Config
 from .worker.claims import StopFlag
+from .worker.transactions import Transactions
 
 #: The claimant name drain's claims carry, as `status` shows them.
 CLAIMANT = f"motir-testing:{os.getpid()}"
@@ -74,7 +77,8 @@ def run_job(kind: str, payload: Any = None, *, attempt: int = 1, max_attempts: i
             checkpoint_data: Any = None, stopping: bool = False, job_id: int = 1,
             queue: str = "default", retry_base_seconds: float = RETRY_BASE_SECONDS,
             retry_max_seconds: float = RETRY_MAX_SECONDS,
-            save_checkpoint: Callable[[Any], bool] | None = None) -> JobOutcome:
+            save_checkpoint: Callable[[Any], bool] | None = None,
+            transaction: Callable[[], ContextManager[Any]] | None = None) -> JobOutcome:
     """Run ``kind``'s handler once, here and now, and say how it ended.
 
     ``stopping`` is what ``j.stopping`` reads (a deploy's SIGTERM): a handler
@@ -100,7 +104,7 @@ def run_job(kind: str, payload: Any = None, *, attempt: int = 1, max_attempts: i
         flag.set()
     handle = registry.Job(id=job_id, kind=kind, queue=queue, payload=payload, attempt=attempt,
                           max_attempts=max_attempts, checkpoint_data=checkpoint_data,
-                          stopping=flag, save_checkpoint=keep)
+                          stopping=flag, save_checkpoint=keep, transaction=transaction)
     error: BaseException | None = None
     result: Any = None
     opened = hooks.enter(handle) if hooks.active else None
@@ -139,6 +143,7 @@ def drain(database: str | db.JobStore, *, queues: Sequence[str] | None = None,
     outcomes in the order they ran.
     """
     store = db.JobStore(database) if isinstance(database, str) else database
+    transactions = Transactions(store.dsn, CLAIMANT, "motir-testing", store.timeout_seconds)
     ran: list[JobOutcome] = []
     try:
         while len(ran) < max_jobs:
@@ -156,8 +161,8 @@ def drain(database: str | db.JobStore, *, queues: Sequence[str] | None = None,
                 raise UnknownKind(f"the queue holds jobs of kinds no handler is registered"
                                   f" for: {', '.join(unknown)}; import the modules that"
                                   " register them")
-            batch = [_run_claimed(store, job, retry_base_seconds, retry_max_seconds)
-                     for job in claimed]
+            batch = [_run_claimed(store, transactions, job, retry_base_seconds,
+                                  retry_max_seconds) for job in claimed]
             # Nothing asks a drained handler to stop, so no run is given
             # back (INTERRUPTED): every one has an outcome to write.
             store.record_outcomes(CLAIMANT, [
@@ -165,15 +170,20 @@ def drain(database: str | db.JobStore, *, queues: Sequence[str] | None = None,
                 for o in batch])
             ran += batch
     finally:
+        transactions.close()
         if store is not database:
             store.close()
     return ran
 
 
-def _run_claimed(store: db.JobStore, job: db.ClaimedJob, retry_base_seconds: float,
-                 retry_max_seconds: float) -> JobOutcome:
+def _run_claimed(store: db.JobStore, transactions: Transactions, job: db.ClaimedJob,
+                 retry_base_seconds: float, retry_max_seconds: float) -> JobOutcome:
+    # A run that completes in its transaction has its row written there;
+    # drain's write of its outcome after it is fenced, and finds nothing.
+    completing = types.SimpleNamespace(claimed=job, completed=False)
     return run_job(job.kind, json.loads(job.payload_json), attempt=job.attempt,
                    max_attempts=job.max_attempts, checkpoint_data=job.checkpoint_data,
                    job_id=job.id, queue=job.queue,
                    retry_base_seconds=retry_base_seconds, retry_max_seconds=retry_max_seconds,
-                   save_checkpoint=lambda data: store.save_checkpoint(job.id, CLAIMANT, data))
+                   save_checkpoint=lambda data: store.save_checkpoint(job.id, CLAIMANT, data),
+                   transaction=functools.partial(transactions.around, completing))

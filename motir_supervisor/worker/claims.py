@@ -84,6 +84,9 @@ class Run:
     output_json: str | None = None
     #: Its hooks, entered as it started; None with no hook registered.
     opened: hooks.Opened | None = None
+    #: Its success committed in its handler's j.transaction(): nothing is
+    #: left to write, whatever the handler did after.
+    completed: bool = False
 
     def waited(self) -> float | None:
         """Seconds from falling due to its handler's start: what the claim

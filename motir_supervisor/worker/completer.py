@@ -102,17 +102,20 @@ class Completer:
         """Write the successes of runs that returned; (run, outcome) for each.
         Where some came from a limited claim, the write hands their keys'
         slots on to the keys' next jobs (see Producer.write_handing_on)."""
-        returned = [run for run in runs if run.output_json is not None]
-        written = set()
+        # Runs whose handlers committed their success in their own
+        # transaction are written already.
+        written = {run.claimed.id for run in runs if run.completed}
+        to_write = [run for run in runs if not run.completed] if written else runs
+        returned = [run for run in to_write if run.output_json is not None]
         if returned:
             # Their outputs go with them, in a statement of their own: most
             # runs return nothing, and their write stays the plain one.
-            written = self.store.record_successes(
+            written |= self.store.record_successes(
                 self.claimant, [run.claimed.id for run in returned],
                 [run.output_json for run in returned])
-            runs_left = [run for run in runs if run.output_json is None]
+            runs_left = [run for run in to_write if run.output_json is None]
         else:
-            runs_left = runs
+            runs_left = to_write
         if runs_left:
             ids = [run.claimed.id for run in runs_left]
             if self.hand_on is not None and any(run.claim.limited for run in runs_left):

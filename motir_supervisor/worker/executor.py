@@ -17,6 +17,7 @@ signal and never forks.
 from __future__ import annotations
 
 import collections
+import functools
 import heapq
 import logging
 import os
@@ -28,6 +29,7 @@ from .. import hooks, outcomes, registry
 from ..ipc import ledger, lifecycle
 from .claims import Run
 from .event_loop import EventLoop
+from .transactions import Transactions
 
 #: Runs shorter than this on average (no-ops, cache writes) mostly hold the
 #: interpreter lock: a second thread would only contend for it, so the
@@ -68,7 +70,8 @@ class Executor:
 
     def __init__(self, capacity: int, entries: ledger.Ledger, *, retry_base: float,
                  retry_cap: float, wake: Callable[[], None],
-                 save_checkpoint: Callable[[int, Any], bool], title: Callable[[str], None]):
+                 save_checkpoint: Callable[[int, Any], bool], title: Callable[[str], None],
+                 transactions: Transactions | None = None):
         # Set here and never changed: read by any thread.
         self.capacity = capacity
         self.ledger = entries
@@ -77,6 +80,7 @@ class Executor:
         self._wake = wake
         self._save_checkpoint = save_checkpoint
         self._title = title
+        self._transactions = transactions
         #: Guards every field below. Each is changed only under it, by the
         #: main thread (submit, withdraw, time_out, abandon), a handler thread
         #: ending a run (_finish) or the event loop's thread (_finish of an
@@ -345,6 +349,12 @@ class Executor:
                 ) -> tuple[outcomes.Decision, BaseException | None]:
         """How a run ended, and the error that says so; under the lock, since
         time_out() may mark the run until its decision is made."""
+        if run.completed:
+            if error is not None:
+                log.warning("job %d %s raised after its transaction committed its success"
+                            " (%s); it stays succeeded", run.claimed.id, run.claimed.kind,
+                            outcomes.first_line(error))
+            return outcomes.SUCCESS, None
         if run.timed_out and not run.is_async:  # an async run's error says it already
             error = _timeout_error(run)
         decision = outcomes.SUCCESS if error is None else outcomes.decide(
@@ -391,7 +401,9 @@ class Executor:
             id=job.id, kind=job.kind, queue=job.queue, payload_json=job.payload_json,
             attempt=job.attempt, max_attempts=job.max_attempts,
             checkpoint_data=job.checkpoint_data, stopping=run.stopping,
-            save_checkpoint=lambda data: self._save_checkpoint(job.id, data))
+            save_checkpoint=lambda data: self._save_checkpoint(job.id, data),
+            transaction=None if self._transactions is None else functools.partial(
+                self._transactions.around, run))
 
     def _announce(self, run: Run) -> None:
         count = len(self._running)

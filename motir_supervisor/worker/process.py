@@ -47,6 +47,7 @@ from .producer import Producer
 from .recycling import Recycling
 from .timeouts import Timeouts
 from .title import WorkerTitle
+from .transactions import Transactions
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +78,13 @@ class Worker:
         #: Signals received, appended by the handler and taken by the main
         #: thread (both run on the main thread: no lock needed).
         self._signals: list[int] = []
+        self.transactions = Transactions(config.database_url, claimant,
+                                         f"motir-supervisor worker {index}", config.renew_every)
         self.executor = Executor(
             config.concurrency, self.ledger, retry_base=config.retry_base_seconds,
             retry_cap=config.retry_max_seconds, wake=self.wake,
-            save_checkpoint=self.checkpoints.save, title=self.title)
+            save_checkpoint=self.checkpoints.save, title=self.title,
+            transactions=self.transactions)
         # Only with LISTEN: one worker of the supervisor listens, the others
         # are kicked (see ipc.tokens).
         self.poller = Poller(config, index, self.store, self.executor, self.title,
@@ -147,6 +151,7 @@ class Worker:
             return exit_now.code
         finally:
             hooks.worker_exiting(self.index)
+            self.transactions.close()
             self.store.close()
 
     def _install_signals(self) -> None:

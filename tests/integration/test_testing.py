@@ -69,3 +69,17 @@ def test_drain_claims_limited_kinds_within_their_limit(store, sql):
     outcomes = testing.drain(store)
     assert [(o.job_id, o.outcome) for o in outcomes] == [(i, "succeeded") for i in ids]
     assert sql.value("SELECT count(*) FROM job_queue WHERE state = 'succeeded'") == 2
+
+
+def test_drain_completes_a_job_in_its_handler_s_transaction(store, sql):
+    from tests.apps import transactional  # noqa: F401 - registers the kind
+
+    sql.rows("CREATE TABLE test_effects (job_id bigint NOT NULL, attempt int NOT NULL)")
+    job_id, _ = store.enqueue("transactional", {})
+    [outcome] = testing.drain(store)
+    assert outcome.outcome == "succeeded"
+    [(job_xmin, effect_xmin)] = sql.rows(
+        "SELECT j.xmin::text, e.xmin::text FROM job_queue j JOIN test_effects e"
+        " ON e.job_id = j.id WHERE j.id = %s", (job_id,))
+    assert job_xmin == effect_xmin
+    assert sql.rows("SELECT state, locked_by FROM job_queue") == [("succeeded", None)]

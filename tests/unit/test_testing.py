@@ -98,3 +98,12 @@ def test_the_output_is_what_the_handler_returned_def_and_async_alike():
     assert testing.run_job("helper_async", {"value": "done"}).output == "done"
     assert testing.run_job("helper_async", {}).output is None
     assert testing.run_job("helper_async", {"fail": True, "value": "x"}).output is None
+
+
+def test_a_transaction_needs_a_worker_s_claim_and_run_job_says_so():
+    from tests.apps import transactional  # noqa: F401 - registers the kind
+
+    outcome = testing.run_job("transactional", {}, max_attempts=1)
+    assert outcome.outcome == "failed"
+    assert isinstance(outcome.exception, RuntimeError)
+    assert "j.transaction() needs a job claimed by a worker" in outcome.error

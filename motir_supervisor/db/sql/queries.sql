@@ -613,6 +613,22 @@ WHERE j.id = o.id
   AND j.lease_expires_at IS NOT NULL
 RETURNING j.id, j.state, j.kind;
 
+-- complete_in_transaction --
+-- A job's success, written inside the transaction its handler opened with
+-- j.transaction() (worker/transactions.py), so that the handler's writes and
+-- this row commit together. Fenced as record_successes is, on the claimant
+-- and a lease: a claim taken over meanwhile updates nothing, and the caller
+-- rolls everything back.
+UPDATE job_queue
+SET state = 'succeeded',
+    finished_at = now(),
+    last_error = NULL,
+    locked_by = NULL,
+    lease_expires_at = NULL
+WHERE id = %(id)s
+  AND locked_by = %(claimant)s
+  AND lease_expires_at IS NOT NULL;
+
 -- record_successes_handing_on --
 -- record_successes for runs some of which came from a limited claim: each
 -- key of a kind limited per key only (no max_running, no rate limit) whose
