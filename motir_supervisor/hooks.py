@@ -76,12 +76,16 @@ _worker_exit: list[Callable[[int], Any]] = []
 active = False
 
 
-def around_run(hook: F) -> F:
-    """Register a generator function that wraps every run of every kind."""
+def around_run(hook: F | None = None, *, first: bool = False) -> Any:
+    """Register a generator function that wraps every run of every kind;
+    with ``first=True`` (``@hooks.around_run(first=True)``), outside those
+    registered before it."""
+    if hook is None:
+        return lambda hook: around_run(hook, first=first)
     if not inspect.isgeneratorfunction(hook):
         raise TypeError(f"around_run takes a generator function (one that yields once, where"
                         f" the handler runs); {_name(hook)} is not one")
-    return _add(_around, hook)
+    return _add(_around, hook, first)
 
 
 def on_run_start(hook: F) -> F:
@@ -106,12 +110,12 @@ def on_worker_exit(hook: F) -> F:
     return _add(_worker_exit, hook)
 
 
-def _add(hooks: list[Any], hook: F) -> F:
+def _add(hooks: list[Any], hook: F, first: bool = False) -> F:
     global active
     if not callable(hook):
         raise TypeError(f"a hook is a function, got {hook!r}")
     if hook not in hooks:  # a module imported twice registers once
-        hooks.append(hook)
+        hooks.insert(0 if first else len(hooks), hook)
     active = bool(_around or _run_start or _run_end)
     return hook
 
@@ -133,14 +137,14 @@ class Opened:
     def __init__(self, job: Job, around: list[Generator[None, RunEnd, None]]):
         self.job = job
         self.around = around
-        #: The on_run_end hooks have heard of the end already (see tell_end).
+        #: The on_run_end hooks are told of the end elsewhere (see tell_end).
         self.told = False
 
 
 def enter(job: Job) -> Opened:
     """Run the hooks' parts before a handler; call in the handler's thread or task."""
     opened = []
-    for hook in _around:
+    for hook in tuple(_around):  # a hook that registers another changes no pass under way
         try:
             generator = hook(job)
             next(generator)
@@ -152,25 +156,25 @@ def enter(job: Job) -> Opened:
                     exc_info=True)
             continue
         opened.append(generator)
-    for start in _run_start:
+    for start in tuple(_run_start):
         _call(start, job)
     return Opened(job, opened)
 
 
 def tell_end(opened: Opened, ended: RunEnd) -> None:
-    """Call the on_run_end hooks, once per run: from leave(), or from the
-    worker's main thread for a plain handler it gave up on at its timeout
-    (a thread cannot be stopped: the around hooks' ends wait for it)."""
-    if not opened.told:
-        opened.told = True
-        for end in _run_end:
-            _call(end, opened.job, ended)
+    """Call the on_run_end hooks. leave() does, unless ``opened.told`` says
+    they were told already: the executor sets it for a plain handler it gave
+    up on at its timeout (a thread cannot be stopped), and tells them from a
+    thread of their own."""
+    for end in tuple(_run_end):
+        _call(end, opened.job, ended)
 
 
 def leave(opened: Opened, ended: RunEnd) -> None:
     """Run the hooks' parts after a handler, innermost first."""
     job = opened.job
-    tell_end(opened, ended)
+    if not opened.told:
+        tell_end(opened, ended)
     for generator in reversed(opened.around):
         try:
             generator.send(ended)
@@ -180,7 +184,10 @@ def leave(opened: Opened, ended: RunEnd) -> None:
             _failed(generator, job, "raised after the handler; the run's outcome stands",
                     exc_info=True)
             continue
-        generator.close()
+        try:
+            generator.close()
+        except BaseException:  # noqa: BLE001 - one that will not close is left as it is
+            pass
         _failed(generator, job, "yielded more than once; it was closed at its second yield")
 
 

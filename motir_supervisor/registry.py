@@ -250,12 +250,14 @@ class Job:
     """
 
     __slots__ = ("id", "kind", "queue", "_payload", "_payload_json", "attempt", "max_attempts",
-                 "checkpoint_data", "_stopping", "_save_checkpoint", "_transaction")
+                 "checkpoint_data", "_stopping", "_save_checkpoint", "_transaction",
+                 "trace_context")
 
     def __init__(self, *, id: int, kind: str, queue: str, payload: Any = None, attempt: int,
                  max_attempts: int, checkpoint_data: Any, stopping: StopRequest,
                  save_checkpoint: Callable[[Any], bool], payload_json: str | None = None,
-                 transaction: Callable[[], ContextManager[Any]] | None = None) -> None:
+                 transaction: Callable[[], ContextManager[Any]] | None = None,
+                 trace_context: Any = None) -> None:
         self.id = id
         self.kind = kind
         self.queue = queue
@@ -270,6 +272,9 @@ class Job:
         self._stopping = stopping
         self._save_checkpoint = save_checkpoint
         self._transaction = transaction
+        #: The W3C trace context of the code that enqueued the job (the
+        #: row's trace_context), or None.
+        self.trace_context = trace_context
 
     @property
     def payload(self) -> Any:

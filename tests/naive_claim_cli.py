@@ -17,7 +17,7 @@ WHERE j.id IN (SELECT id FROM job_queue
                  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
                ORDER BY run_at, id LIMIT %(limit)s)
 RETURNING j.id, j.queue, j.kind, j.payload::text AS payload, j.attempts, j.max_attempts,
-          j.checkpoint, j.priority, false, 0.0::float8
+          j.checkpoint, j.priority, false, 0.0::float8, j.trace_context
 """
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple, Sequence
 import psycopg2
 import psycopg2.extensions
 
+from .. import tracing
 from .statements import QUERIES
 
 
@@ -131,7 +132,9 @@ def enqueue_jobs(conn: psycopg2.extensions.connection,
 def _insert_jobs(cur: psycopg2.extensions.cursor, jobs: Sequence[NewJob]) -> list[int | None]:
     """The new id of each job, None for one whose unique key is held."""
     cur.execute(QUERIES["enqueue_jobs"], {
-        field: list(values) for field, values in zip(NewJob._fields, zip(*jobs))})
+        **{field: list(values) for field, values in zip(NewJob._fields, zip(*jobs))},
+        # Enqueued inside a span: its runs join that trace.
+        "trace_context": tracing.current_trace_context()})
     rows = cur.fetchall()
     # Sorted by id, so in the order the jobs were given (see enqueue_jobs in
     # queries.sql); a keyed row is found by its key, being the only one.

@@ -63,6 +63,8 @@ class ClaimedJob(NamedTuple):
     priority: int = 0
     #: Seconds it had been due when the claim took it, by the database's clock.
     waited: float = 0.0
+    #: The row's trace_context (see tracing), or None.
+    trace_context: Any = None
 
 
 class Outcome(NamedTuple):
@@ -190,7 +192,7 @@ class JobStore:
             "claimant": claimant, "limit": limit, "lease_seconds": lease_seconds,
             "queues": list(queues) if queues else None,
         })
-        return [ClaimedJob._make((*row[:8], row[9])) for row in rows], bool(rows) and rows[0][8]
+        return [ClaimedJob._make((*row[:8], *row[9:])) for row in rows], bool(rows) and rows[0][8]
 
     def claim_limited_jobs(self, claimant: str, limit: int, lease_seconds: float,
                            queues: Sequence[str] | None,
@@ -205,7 +207,7 @@ class JobStore:
             "free": limit if free is None else free,
         }, after="lock_limited_claims")
         # One row even when nothing was claimed, for more_due.
-        return ([ClaimedJob._make((*row[:8], row[9])) for row in rows if row[0] is not None],
+        return ([ClaimedJob._make((*row[:8], *row[9:])) for row in rows if row[0] is not None],
                 rows[0][8])
 
     def seconds_until_next_due(self, queues: Sequence[str] | None) -> tuple[float | None, bool]:

@@ -102,7 +102,8 @@ class Run:
 
     @property
     def timeout_at(self) -> float:
-        if self.started is None or self.registration is None or self.ended:
+        if (self.started is None or self.registration is None or self.ended
+                or self.decision is not None):  # decided: its hooks are ending
             return float("inf")
         timeout = self.registration.timeout
         return float("inf") if timeout is None else self.started + timeout

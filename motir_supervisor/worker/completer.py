@@ -14,6 +14,8 @@ import logging
 import time
 from typing import Callable
 
+import psycopg2
+
 from .. import db, metrics, outcomes
 from ..config import Config
 from ..ipc import ledger
@@ -22,6 +24,11 @@ from .claims import Run
 from .executor import Executor
 
 log = logging.getLogger("motir_supervisor.worker")
+
+#: Classes of SQLSTATE by which the database refuses a value itself (data
+#: exceptions; program limits, such as nesting past its stack), as opposed
+#: to its own state (a lost connection, a shutdown, a read-only node).
+REFUSED_VALUES = frozenset({"22", "54"})
 
 #: While other runs go on, ended runs' outcomes wait this long to share one
 #: write: a statement per few runs, not per run, is what keeps short jobs
@@ -82,7 +89,22 @@ class Completer:
         # own runs to write again.
         succeeded = [run for run in recorded if run.decision is outcomes.SUCCESS]
         others = [run for run in recorded if run.decision is not outcomes.SUCCESS]
-        for runs, record in ((succeeded, self._record_successes), (others, self._record_outcomes)):
+        if any(run.completed or run.output_json is not None for run in succeeded):
+            # Runs whose handlers committed their success in their own
+            # transaction are written already; those that returned a value
+            # go in a statement of their own, which writes the outputs too.
+            completed = [(run, "succeeded") for run in succeeded if run.completed]
+            self._count_and_settle(completed)
+            _log_ended(completed)
+            returned = [run for run in succeeded
+                        if not run.completed and run.output_json is not None]
+            succeeded = [run for run in succeeded
+                         if not run.completed and run.output_json is None]
+        else:
+            returned = []
+        for runs, record in ((returned, self._record_with_outputs),
+                             (succeeded, self._record_successes),
+                             (others, self._record_outcomes)):
             if runs:
                 sent = time.monotonic()
                 ended = record(runs)
@@ -99,29 +121,36 @@ class Completer:
             _log_ended(ended)
 
     def _record_successes(self, runs: list[Run]) -> list[tuple[Run, str]]:
-        """Write the successes of runs that returned; (run, outcome) for each.
-        Where some came from a limited claim, the write hands their keys'
-        slots on to the keys' next jobs (see Producer.write_handing_on)."""
-        # Runs whose handlers committed their success in their own
-        # transaction are written already.
-        written = {run.claimed.id for run in runs if run.completed}
-        to_write = [run for run in runs if not run.completed] if written else runs
-        returned = [run for run in to_write if run.output_json is not None]
-        if returned:
-            # Their outputs go with them, in a statement of their own: most
-            # runs return nothing, and their write stays the plain one.
-            written |= self.store.record_successes(
-                self.claimant, [run.claimed.id for run in returned],
-                [run.output_json for run in returned])
-            runs_left = [run for run in to_write if run.output_json is None]
+        """Write the successes of runs that returned nothing; (run, outcome)
+        for each. Where some came from a limited claim, the write hands their
+        keys' slots on to the keys' next jobs (see Producer.write_handing_on)."""
+        ids = [run.claimed.id for run in runs]
+        if self.hand_on is not None and any(run.claim.limited for run in runs):
+            written = self.hand_on(ids)
         else:
-            runs_left = to_write
-        if runs_left:
-            ids = [run.claimed.id for run in runs_left]
-            if self.hand_on is not None and any(run.claim.limited for run in runs_left):
-                written |= self.hand_on(ids)
-            else:
-                written |= self.store.record_successes(self.claimant, ids)
+            written = self.store.record_successes(self.claimant, ids)
+        return [(run, "succeeded" if run.claimed.id in written else "lost") for run in runs]
+
+    def _record_with_outputs(self, runs: list[Run]) -> list[tuple[Run, str]]:
+        """Write the successes of runs that returned a value, with their
+        outputs. A value the database refuses although outcomes.output_json
+        took it (nested deeper than the server's stack allows, a number past
+        numeric's range) must not keep these successes out: the runs are
+        written again one by one, and the one refused without its output."""
+        ids = [run.claimed.id for run in runs]
+        try:
+            written = self.store.record_successes(self.claimant, ids,
+                                                  [run.output_json for run in runs])
+        except psycopg2.Error as exc:
+            if exc.pgcode is None or exc.pgcode[:2] not in REFUSED_VALUES:
+                raise  # the database's state, not a value: written again later
+            if len(runs) > 1:
+                return [ended for run in runs for ended in self._record_with_outputs([run])]
+            job = runs[0].claimed
+            log.warning("worker %d: the database refused the output of job %d %s (%s); it"
+                        " succeeded with its output empty", self.index, job.id, job.kind,
+                        db.one_line(exc, self.config.database_url))
+            written = self.store.record_successes(self.claimant, ids)
         return [(run, "succeeded" if run.claimed.id in written else "lost") for run in runs]
 
     def _record_outcomes(self, runs: list[Run]) -> list[tuple[Run, str]]:

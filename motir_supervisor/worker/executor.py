@@ -120,6 +120,8 @@ class Executor:
         self._idle: list[_Thread] = []
         #: Set by stop_starting(): nothing starts any more.
         self._stopped = False
+        #: Threads telling timed-out runs' on_run_end hooks (main thread only).
+        self._telling: list[threading.Thread] = []
         #: Where async handlers run; its loop starts with the first of them.
         self._async = EventLoop(self._begin, self._returned, self._finish)
 
@@ -174,8 +176,10 @@ class Executor:
         return self.capacity - len(self._running) - len(self._ready)
 
     def has_live_runs(self) -> bool:
-        """A handler is still running, other than one left behind after its timeout."""
-        return any(not run.timed_out for run in self.running())
+        """A handler (or its hooks) is still running, other than a sync one
+        left behind after its timeout."""
+        return (any(run.is_async or not run.timed_out for run in self.running())
+                or any(thread.is_alive() for thread in self._telling))
 
     def running(self) -> list[Run]:
         with self._lock:
@@ -221,25 +225,37 @@ class Executor:
             if run not in self._running or run.decision is not None:
                 return False
             run.timed_out = True
+            if run.opened is not None:
+                run.opened.told = True  # by tell_timed_out, not by the thread, if it returns
             self.ledger.mark(run.entry, ledger.TIMED_OUT)
             return True
 
     def tell_timed_out(self, run: Run) -> None:
         """Tell a timed-out sync run's on_run_end hooks that it ended: its
-        attempt fails now, whether or not its thread ever returns."""
-        if run.opened is not None:
-            job = run.claimed
-            hooks.tell_end(run.opened, hooks.RunEnd(
-                "failed" if job.attempt >= job.max_attempts else "retried",
-                _timeout_error(run), None, time.monotonic() - (run.started or 0.0), True))
+        attempt fails now, whether or not its thread ever returns. From a
+        thread of their own, so that a slow hook never holds up the main
+        thread (and its lease renewals); the worker waits for it as for a
+        run before it exits."""
+        if run.opened is None:
+            return
+        job = run.claimed
+        ended = hooks.RunEnd("failed" if job.attempt >= job.max_attempts else "retried",
+                             _timeout_error(run), None,
+                             time.monotonic() - (run.started or 0.0), True)
+        thread = threading.Thread(target=hooks.tell_end, args=(run.opened, ended),
+                                  name="hooks", daemon=True)
+        self._telling = [t for t in self._telling if t.is_alive()] + [thread]
+        thread.start()
 
     def abandon(self) -> list[Run]:
         """The worker exits with these runs still running (a drain's deadline):
-        the supervisor gives them back once the process is gone."""
+        the supervisor gives them back once the process is gone. A run whose
+        outcome is decided (its hooks still ending) keeps it: the supervisor
+        writes it from the ledger."""
         with self._lock:
             left = list(self._running)
             for run in left:
-                if not run.timed_out:
+                if not run.timed_out and run.decision is None:
                     self.ledger.mark(run.entry, ledger.ABANDONED)
             return left
 
@@ -318,10 +334,10 @@ class Executor:
                 # and sorting after every run would cost a no-op job more
                 # than its handler.
                 self._run_seconds = sorted(recent)[len(recent) // 2]
-            # Under the lock, so that abandon() never marks a run that has ended.
-            self.ledger.decide(run.entry, decision.state, run.duration, decision.error,
-                               decision.retry_in_seconds, decision.permanent, run.output_json)
-            run.decision = decision
+            if run.decision is None:
+                run.decision = decision
+                # Under the lock, so that abandon() never marks a run that has ended.
+                self._record_decision(run)
             run.ended = True
             self._running.discard(run)
             first = not self._finished
@@ -344,6 +360,11 @@ class Executor:
         if first or slot_left_empty or rested:
             self._wake()
         return mine
+
+    def _record_decision(self, run: Run) -> None:
+        decision = run.decision
+        self.ledger.decide(run.entry, decision.state, run.duration, decision.error,
+                           decision.retry_in_seconds, decision.permanent, run.output_json)
 
     def _decide(self, run: Run, error: BaseException | None
                 ) -> tuple[outcomes.Decision, BaseException | None]:
@@ -368,6 +389,9 @@ class Executor:
         run.duration = time.monotonic() - run.started  # type: ignore[operator]
         with self._lock:
             run.decision, error = self._decide(run, error)
+            # In the ledger now: a worker killed while the hooks end loses
+            # no outcome, and a drain's deadline gives back no finished run.
+            self._record_decision(run)
         job = run.claimed
         assert run.opened is not None
         hooks.leave(run.opened, hooks.RunEnd(
@@ -403,7 +427,8 @@ class Executor:
             checkpoint_data=job.checkpoint_data, stopping=run.stopping,
             save_checkpoint=lambda data: self._save_checkpoint(job.id, data),
             transaction=None if self._transactions is None else functools.partial(
-                self._transactions.around, run))
+                self._transactions.around, run),
+            trace_context=job.trace_context)
 
     def _announce(self, run: Run) -> None:
         count = len(self._running)

@@ -26,7 +26,7 @@ from typing import Any
 
 import psycopg2
 
-from .. import db, hooks, metrics, registry
+from .. import db, hooks, metrics, registry, tracing
 from ..config import Config
 from ..ipc.ledger import Ledger
 from ..ipc.lifecycle import (EXIT_BOOT_FAILURE, EXIT_OK, EXIT_RECYCLED, EXIT_TIMEOUT,
@@ -130,6 +130,8 @@ class Worker:
         except registry.AppImportError as exc:
             log.error("worker %d: %s", self.index, exc)
             return EXIT_BOOT_FAILURE
+        # After the apps: one may configure its own tracer provider.
+        tracing.install()
         self.scheduler_seat.schedules = [
             r.schedule for r in registry.scheduled() if r.schedule is not None]
         if registry.any_async():

@@ -12,6 +12,7 @@ import asyncio
 import contextvars
 import json
 import os
+import sys
 import time
 
 from motir_supervisor import Interrupted, PermanentFailure, Snooze, hooks, job
@@ -80,6 +81,14 @@ def _act(j):
         raise Snooze(3600)
     if do == "return_unstorable":
         return UNSTORABLE[j.payload["what"]]()
+    if do == "return_deep":
+        # JSON takes it (the app raised its recursion limit), PostgreSQL's
+        # jsonb does not: nested past the server's stack.
+        sys.setrecursionlimit(100_000)
+        value = []
+        for _ in range(20_000):
+            value = [value]
+        return value
     return do
 
 

@@ -192,3 +192,19 @@ def test_sentry_hears_of_a_failed_job_not_of_a_retry_that_later_succeeds(
     assert exception["value"] == f"attempt 2 of job {doomed} went wrong"
     # No event for the retries, the healed job's nor the doomed job's first.
     assert len(events) == 1, events
+
+
+def test_a_value_the_database_refuses_costs_only_its_output(sql, start_supervisor, notes_path):
+    # The values written beside it keep theirs; the runs that returned
+    # nothing succeed as ever.
+    [deep] = enqueue(sql, "observed", json.dumps({"do": "return_deep"}))
+    good = enqueue(sql, "observed", json.dumps({"do": "return", "value": 7}), count=3)
+    plain = enqueue(sql, "observed", json.dumps({"do": "return", "value": None}), count=3)
+    supervisor = start_observed(start_supervisor, notes_path)
+    wait_until(lambda: sql.value("SELECT count(*) FROM job_queue WHERE state = 'succeeded'")
+               == 7, 15, message="every job to succeed")
+    assert sql.rows("SELECT id, output FROM job_queue WHERE output IS NOT NULL ORDER BY id") == [
+        (job_id, 7) for job_id in good]
+    assert f"the database refused the output of job {deep} observed" in supervisor.output()
+    assert sql.value("SELECT count(*) FROM job_queue WHERE id = ANY(%s) AND output IS NULL",
+                     (plain,)) == 3

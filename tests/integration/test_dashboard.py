@@ -145,6 +145,19 @@ def test_one_job_shows_its_payload_attempts_error_and_checkpoint(client, sql):
     assert client.get("/jobs/x", headers=credentials()).status_code == 404
 
 
+def test_a_succeeded_job_shows_its_output_and_key_escaped(client, sql):
+    evil = "<script>alert('out')</script>"
+    job_id = insert(sql, kind="sync_account", state="succeeded", concurrency_key="account:42",
+                    output={"rows": 1204, "note": evil},
+                    finished_at=datetime.datetime.now(datetime.timezone.utc))
+    text = page(client, f"/jobs/{job_id}")
+    assert "<script>alert" not in text
+    text = html.unescape(text)
+    assert '"rows": 1204' in text and evil in text and "account:42" in text
+    plain = insert(sql, kind="noop")
+    assert "Output</h2>\n<p>None.</p>" in page(client, f"/jobs/{plain}")
+
+
 def test_jobs_are_filtered_and_paged_newest_first(client, sql):
     sql.rows("INSERT INTO job_queue (queue, kind, state, finished_at)"
              " SELECT CASE WHEN g % 2 = 0 THEN 'mail' ELSE 'default' END,"

@@ -491,7 +491,8 @@ WHERE id = ANY(ARRAY(SELECT min(q.id) FROM job_queue AS q
                      WHERE q.state = 'pending' AND e.id = ANY(%(ids)s)
                      GROUP BY q.kind, q.concurrency_key))
   AND state = 'pending'
-RETURNING id, queue, kind, payload::text, attempts, max_attempts, checkpoint, priority, 0.0
+RETURNING id, queue, kind, payload::text, attempts, max_attempts, checkpoint, priority, 0.0,
+          trace_context
 """
 
 

@@ -2,6 +2,7 @@
 misbehaves costs (a log line, nothing else). The worker's side, across real
 processes, is in tests/e2e/test_hooks.py."""
 
+import json
 import logging
 
 import pytest
@@ -112,3 +113,14 @@ def test_with_no_hook_registered_nothing_is_active():
     assert not hooks.active  # worker hooks cost runs nothing
     hooks.on_run_end(lambda j, ended: None)
     assert hooks.active
+
+
+def test_outside_a_span_enqueue_stores_no_trace_context():
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from motir_supervisor import tracing
+
+    assert tracing.current_trace_context() is None
+    with TracerProvider().get_tracer("test").start_as_current_span("request") as span:
+        carrier = json.loads(tracing.current_trace_context())
+    assert carrier["traceparent"].split("-")[1] == f"{span.get_span_context().trace_id:032x}"

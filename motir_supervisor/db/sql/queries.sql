@@ -92,7 +92,7 @@ WITH priorities AS (
         LIMIT %(limit)s
     ))
     RETURNING j.id, j.queue, j.kind, j.payload::text AS payload, j.attempts, j.max_attempts, j.checkpoint,
-              j.priority, j.run_at
+              j.priority, j.run_at, j.trace_context
 ), last_claimed AS (
     SELECT priority, run_at, id
     FROM claimed
@@ -124,7 +124,7 @@ SELECT id, queue, kind, payload, attempts, max_attempts, checkpoint, priority,
                LIMIT 1
            ) AS left_over) AS more_due,
        -- How long it had been due when claimed (the wait an SLO watches).
-       extract(epoch FROM statement_timestamp() - run_at)::float8 AS waited
+       extract(epoch FROM statement_timestamp() - run_at)::float8 AS waited, trace_context
 FROM claimed
 ORDER BY priority, run_at, id;
 
@@ -520,7 +520,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
         started_at = (SELECT now FROM clock)
     WHERE j.id = ANY(ARRAY(SELECT id FROM chosen))
     RETURNING j.id, j.queue, j.kind, j.payload::text AS payload, j.attempts, j.max_attempts, j.checkpoint,
-              j.priority, j.run_at
+              j.priority, j.run_at, j.trace_context
 ), started AS (
     INSERT INTO job_queue_starts (kind, started_at)
     SELECT c.kind, clock.now
@@ -554,7 +554,8 @@ WITH RECURSIVE clock AS MATERIALIZED (
            AS more_due
 )
 SELECT c.id, c.queue, c.kind, c.payload, c.attempts, c.max_attempts, c.checkpoint, c.priority,
-       m.more_due, extract(epoch FROM (SELECT now FROM clock) - c.run_at)::float8 AS waited
+       m.more_due, extract(epoch FROM (SELECT now FROM clock) - c.run_at)::float8 AS waited,
+       c.trace_context
 FROM more AS m
 LEFT JOIN claimed AS c ON true
 ORDER BY c.priority, c.run_at, c.id;
@@ -758,16 +759,17 @@ WITH handing AS MATERIALIZED (
     WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
     RETURNING j.id, j.queue, j.kind, j.payload::text AS payload, j.attempts, j.max_attempts,
               j.checkpoint, j.priority, j.run_at,
-              extract(epoch FROM clock_timestamp() - j.run_at)::float8 AS waited
+              extract(epoch FROM clock_timestamp() - j.run_at)::float8 AS waited,
+              j.trace_context
 )
 -- The ids written, then the jobs claimed in the order they start.
 SELECT id, NULL::bigint, NULL, NULL, NULL, NULL::integer, NULL::integer, NULL::jsonb,
-       NULL::integer, NULL::float8
+       NULL::integer, NULL::float8, NULL::jsonb
 FROM ended
 UNION ALL
 SELECT *
 FROM (SELECT NULL::bigint, id, queue, kind, payload, attempts, max_attempts, checkpoint,
-             priority, waited
+             priority, waited, trace_context
       FROM handed
       ORDER BY priority, run_at, id) AS h;
 
@@ -923,7 +925,7 @@ RETURNING j.id, j.state;
 -- a while, from the enqueue rather than from BEGIN.
 WITH inserted AS (
     INSERT INTO job_queue (kind, payload, queue, run_at, priority, unique_key, max_attempts,
-                           concurrency_key)
+                           concurrency_key, trace_context)
     SELECT j.kind, j.payload, j.queue,
            coalesce(j.run_at, statement_timestamp() + make_interval(secs => j.delay_seconds)),
            j.priority, j.unique_key,
@@ -932,7 +934,7 @@ WITH inserted AS (
                      FROM pg_attrdef AS d
                      JOIN pg_attribute AS a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
                      WHERE d.adrelid = 'job_queue'::regclass AND a.attname = 'max_attempts')),
-           j.concurrency_key
+           j.concurrency_key, %(trace_context)s::jsonb
     FROM unnest(%(kind)s::text[], %(payload)s::jsonb[], %(queue)s::text[],
                 %(run_at)s::timestamptz[], %(delay_seconds)s::float8[],
                 %(priority)s::smallint[], %(unique_key)s::text[], %(max_attempts)s::integer[],
