@@ -181,9 +181,16 @@ def _run_claimed(store: db.JobStore, transactions: Transactions, job: db.Claimed
     # A run that completes in its transaction has its row written there;
     # drain's write of its outcome after it is fenced, and finds nothing.
     completing = types.SimpleNamespace(claimed=job, completed=False)
-    return run_job(job.kind, json.loads(job.payload_json), attempt=job.attempt,
-                   max_attempts=job.max_attempts, checkpoint_data=job.checkpoint_data,
-                   job_id=job.id, queue=job.queue,
-                   retry_base_seconds=retry_base_seconds, retry_max_seconds=retry_max_seconds,
-                   save_checkpoint=lambda data: store.save_checkpoint(job.id, CLAIMANT, data),
-                   transaction=functools.partial(transactions.around, completing))
+    outcome = run_job(
+        job.kind, json.loads(job.payload_json), attempt=job.attempt,
+        max_attempts=job.max_attempts, checkpoint_data=job.checkpoint_data, job_id=job.id,
+        queue=job.queue, retry_base_seconds=retry_base_seconds,
+        retry_max_seconds=retry_max_seconds,
+        save_checkpoint=lambda data: store.save_checkpoint(job.id, CLAIMANT, data),
+        transaction=functools.partial(transactions.around, completing))
+    if completing.completed and outcome.outcome != SUCCEEDED:
+        # What the handler raised after its block changes nothing: the job
+        # succeeded, as a worker says too.
+        return dataclasses.replace(outcome, outcome=SUCCEEDED, error=None, seconds=0.0,
+                                   decision=outcomes.SUCCESS)
+    return outcome

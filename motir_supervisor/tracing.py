@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import sys
+import threading
 from typing import Any, Generator
 
 from . import hooks
@@ -73,24 +74,40 @@ def install() -> bool:
     if not _configured(trace):
         return False
     tracer = trace.get_tracer("motir_supervisor")
+    #: Each run's span while it is open, and the thread it was started in.
+    open_spans: dict[int, tuple[Any, int]] = {}
+
+    def end(span: Any, ended: hooks.RunEnd) -> None:
+        span.set_attribute("motir.job.outcome", ended.outcome)
+        if ended.error is not None and ended.outcome in FAILED_OUTCOMES:
+            span.record_exception(ended.error)
+            span.set_status(Status(StatusCode.ERROR, type(ended.error).__name__))
+        span.end()
 
     def traced(j: Job) -> Generator[None, hooks.RunEnd, None]:
-        parent = propagate.extract(j.trace_context) if isinstance(j.trace_context, dict) \
-            else None
         with tracer.start_as_current_span(
-                f"run {j.kind}", context=parent, kind=SpanKind.CONSUMER,
+                f"run {j.kind}", context=_parent(propagate, j.trace_context),
+                kind=SpanKind.CONSUMER,
                 attributes={"motir.job.id": j.id, "motir.job.kind": j.kind,
                             "motir.job.queue": j.queue, "motir.job.attempt": j.attempt,
                             "messaging.system": "motir_supervisor",
                             "messaging.operation.type": "process",
                             "messaging.destination.name": j.queue,
                             "messaging.message.id": str(j.id)},
-                record_exception=False, set_status_on_exception=False) as span:
+                record_exception=False, set_status_on_exception=False,
+                end_on_exit=False) as span:
+            open_spans[j.id] = (span, threading.get_ident())
             ended = yield
-            span.set_attribute("motir.job.outcome", ended.outcome)
-            if ended.error is not None and ended.outcome in FAILED_OUTCOMES:
-                span.record_exception(ended.error)
-                span.set_status(Status(StatusCode.ERROR, type(ended.error).__name__))
+            if open_spans.pop(j.id, None) is not None:
+                end(span, ended)
+
+    def ended_elsewhere(j: Job, ended: hooks.RunEnd) -> None:
+        """A plain handler past its timeout, whose thread may never return
+        (and end its span): its end is told from another thread."""
+        opened = open_spans.get(j.id)
+        if opened is not None and opened[1] != threading.get_ident() \
+                and open_spans.pop(j.id, None) is not None:
+            end(opened[0], ended)
 
     def flush(worker_number: int) -> None:
         """A worker ends without atexit handlers: its spans still queued go now."""
@@ -100,8 +117,22 @@ def install() -> bool:
 
     # The outermost hook: the app's own hooks run inside the run's span.
     hooks.around_run(traced, first=True)
+    hooks.on_run_end(ended_elsewhere)
     hooks.on_worker_exit(flush)
     return True
+
+
+def _parent(propagate: Any, trace_context: Any) -> Any:
+    """The context a row's trace_context names; None (a trace of its own)
+    for one that is not an object of strings, as a producer may write."""
+    if not isinstance(trace_context, dict):
+        return None
+    carrier = {key: value for key, value in trace_context.items()
+               if isinstance(key, str) and isinstance(value, str)}
+    try:
+        return propagate.extract(carrier) if carrier else None
+    except Exception:  # noqa: BLE001 - a producer's value, whatever it holds
+        return None
 
 
 def _configured(trace: Any) -> bool:

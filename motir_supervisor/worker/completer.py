@@ -94,8 +94,10 @@ class Completer:
             # transaction are written already; those that returned a value
             # go in a statement of their own, which writes the outputs too.
             completed = [(run, "succeeded") for run in succeeded if run.completed]
-            self._count_and_settle(completed)
-            _log_ended(completed)
+            if completed:
+                self._count_and_settle(completed)
+                self._to_write = [r for r in self._to_write if not r.written]
+                _log_ended(completed)
             returned = [run for run in succeeded
                         if not run.completed and run.output_json is not None]
             succeeded = [run for run in succeeded

@@ -62,7 +62,7 @@ class Leases:
         self.next_renewal = sent + self.config.renew_every
         self._warned = False
         for job_id, run in self.held.items():
-            if run.stopping.value:
+            if run.stopping.value or run.completed:  # completed: no claim left to hold
                 continue
             if job_id not in renewed:
                 log.warning("worker %d: lost the claim on job %d; asking its handler to stop",

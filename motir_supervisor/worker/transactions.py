@@ -12,12 +12,15 @@ fails as any run does.
 
 Connections are opened the first time a handler asks for one, and kept for
 the next: a run holds one only inside its block, so a worker holds at most
-``--concurrency`` of them, and one whose handlers never ask holds none.
+``--concurrency`` of them, and one whose handlers never ask holds none. A
+kept one is reset (DISCARD ALL) before its next block, which also finds one
+the server dropped meanwhile, so each block starts on a connection as new.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from typing import Iterator, Protocol
 
@@ -25,6 +28,8 @@ import psycopg2
 import psycopg2.extensions
 
 from .. import db
+
+log = logging.getLogger("motir_supervisor.worker")
 
 
 class Completing(Protocol):
@@ -49,17 +54,29 @@ class Transactions:
         self.timeout_seconds = timeout_seconds
         #: Connections no block holds, most recently used last.
         self._idle: list[psycopg2.extensions.connection] = []
+        #: The jobs whose block is open: one block per run, never nested.
+        self._open: set[int] = set()
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
     def around(self, run: Completing) -> Iterator[psycopg2.extensions.connection]:
         job = run.claimed
-        if run.completed:
-            raise RuntimeError(f"job {job.id} already completed in a transaction")
-        conn = self._take()
+        with self._lock:
+            if run.completed or job.id in self._open:
+                raise RuntimeError(f"job {job.id} has had its j.transaction() block: one block"
+                                   " per run, never one inside another")
+            self._open.add(job.id)
         try:
+            conn = self._take()
             try:
                 yield conn
+                if conn.autocommit:
+                    # The block turned autocommit on: its writes are in
+                    # already, and the success at least stays atomic.
+                    log.warning("job %d %s turned autocommit on inside j.transaction(): its"
+                                " writes were not committed with its success", job.id,
+                                job.kind)
+                    conn.autocommit = False
                 with conn.cursor() as cur:
                     cur.execute(db.QUERIES["complete_in_transaction"],
                                 {"id": job.id, "claimant": self.claimant})
@@ -70,18 +87,32 @@ class Transactions:
             except BaseException:
                 _roll_back(conn)
                 raise
+            finally:
+                self._give_back(conn)
             run.completed = True
         finally:
-            self._give_back(conn)
+            with self._lock:
+                self._open.discard(job.id)
 
     def _take(self) -> psycopg2.extensions.connection:
-        with self._lock:
-            if self._idle:
-                return self._idle.pop()
+        """A connection as new: an idle one, reset (what a block before set
+        for its session is gone) and so found alive, or a new one."""
+        while True:
+            with self._lock:
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                break
+            try:
+                conn.autocommit = True
+                with conn.cursor() as cur:
+                    cur.execute("DISCARD ALL")
+                _read_committed(conn)
+                return conn
+            except psycopg2.Error:
+                _close(conn)  # the server dropped it while it waited: the next, or a new one
         conn = db.connect(self.dsn, f"{self.application_name} transaction",
                           self.timeout_seconds)
-        conn.set_session(isolation_level=psycopg2.extensions.ISOLATION_LEVEL_READ_COMMITTED,
-                         autocommit=False)
+        _read_committed(conn)
         return conn
 
     def _give_back(self, conn: psycopg2.extensions.connection) -> None:
@@ -97,6 +128,11 @@ class Transactions:
             idle, self._idle = self._idle, []
         for conn in idle:
             _close(conn)
+
+
+def _read_committed(conn: psycopg2.extensions.connection) -> None:
+    conn.set_session(isolation_level=psycopg2.extensions.ISOLATION_LEVEL_READ_COMMITTED,
+                     autocommit=False)
 
 
 def _roll_back(conn: psycopg2.extensions.connection) -> None:

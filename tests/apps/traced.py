@@ -3,6 +3,7 @@ would: spans go to the SDK's in-memory exporter, and each worker writes the
 spans it finished to $SPANS_FILE as it exits (one JSON line a span)."""
 
 import os
+import time
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -36,3 +37,8 @@ def inside(j):
 def traced(j):
     if j.payload.get("fail"):
         raise PermanentFailure("asked to fail")
+
+
+@job("traced_slow", timeout=0.3)
+def traced_slow(j):
+    time.sleep(3)

@@ -1,9 +1,10 @@
 """Kinds for the tests of j.transaction(): each writes an effect row in the
 transaction that completes its job. The payload's "do" says what else
 happens: "raise" inside the block, "lose_claim" (another claimant takes the
-job over inside the block, as a reaper does once a lease lapsed), or
-"hang_after" (after the commit, the worker's pid is written to the file
-named "marker" and the handler sleeps until it is killed)."""
+job over inside the block, as a reaper does once a lease lapsed),
+"raise_after" (after the commit), or "hang_after" (after the commit, the
+worker's pid is written to the file named "marker" and the handler sleeps
+until it is killed)."""
 
 import os
 import time
@@ -32,6 +33,8 @@ def transactional(j):
                 cur.execute("UPDATE job_queue SET locked_by = 'someone-else' WHERE id = %s",
                             (j.id,))
             other.close()
+    if do == "raise_after":
+        raise ValueError("raised after the transaction committed")
     if do == "hang_after":
         with open(j.payload["marker"], "w") as marker:
             marker.write(str(os.getpid()))

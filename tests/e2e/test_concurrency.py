@@ -112,12 +112,12 @@ def test_worker_kills_rerun_only_the_jobs_that_were_running(executions, start_su
     SIGKILL, only jobs whose run had not finished may run a second time."""
     supervisor = start_supervisor("--workers", "2", "--concurrency", "4",
                                   "--lease-seconds", "60")
-    ids = enqueue(executions, "record", '{"sleep": 0.02}', count=3000)
+    ids = enqueue(executions, "record", '{"sleep": 0.02}', count=1600)
     kills = 0
     rng = random.Random(4)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and executions.value(
-            "SELECT count(*) FROM job_queue WHERE state <> 'succeeded'") > 300:
+            "SELECT count(*) FROM job_queue WHERE state <> 'succeeded'") > 160:
         pids = supervisor.worker_pids()
         if len(pids) == 2:
             os.kill(rng.choice(pids), signal.SIGKILL)

@@ -46,15 +46,31 @@ def test_a_run_is_a_span_in_the_trace_of_the_code_that_enqueued_it(
                          " '{\"traceparent\": \"00-0af7651916cd43dd8448eb211c80319c-"
                          "b7ad6b7169203331-01\"}') RETURNING id")
     untraced = sql.value("INSERT INTO job_queue (kind) VALUES ('traced') RETURNING id")
+    # What a producer may get wrong starts a trace of its own, and costs the run nothing.
+    malformed = [sql.value("INSERT INTO job_queue (kind, trace_context) VALUES ('traced', %s)"
+                           " RETURNING id", (value,))
+                 for value in ('{"traceparent": 5}', '{"tracestate": 7}', '"00-a-b-01"', '[1]',
+                               '{"traceparent": "not a traceparent"}')]
+    # A plain handler past its timeout: its thread may never return, its span ends anyway.
+    slow = sql.value("INSERT INTO job_queue (kind, max_attempts) VALUES ('traced_slow', 1)"
+                     " RETURNING id")
     spans_file = tmp_path / "spans.jsonl"
     supervisor = start_supervisor("--app", "tests.apps.traced", "--workers", "2",
                                   env={"SPANS_FILE": str(spans_file)})
     wait_until(lambda: sql.value("SELECT count(*) FROM job_queue WHERE state IN"
-                                 " ('succeeded', 'failed')") == 4, 15)
+                                 " ('succeeded', 'failed')") == 10, 15)
     supervisor.signal(signal.SIGTERM)
     assert supervisor.wait(20) == 0
+    assert "Traceback" not in supervisor.output()
     spans = {span["attributes"]["motir.job.id"]: span for span in spans_of(spans_file)}
-    assert sorted(spans) == sorted([ok, failed, from_sql, untraced])
+    assert sorted(spans) == sorted([ok, failed, from_sql, untraced, *malformed, slow])
+    timed_out = spans.pop(slow)
+    assert timed_out["name"] == "run traced_slow"
+    assert timed_out["attributes"]["motir.job.outcome"] == "failed"
+    assert timed_out["status"]["status_code"] == "ERROR"
+    assert timed_out["events"][0]["attributes"]["exception.type"].endswith("TimeoutError")
+    for job_id in malformed:
+        assert spans[job_id]["parent_id"] is None
     for job_id, span in spans.items():
         assert span["name"] == "run traced" and span["kind"] == "SpanKind.CONSUMER"
         attributes = span["attributes"]

@@ -619,7 +619,9 @@ RETURNING j.id, j.state, j.kind;
 -- j.transaction() (worker/transactions.py), so that the handler's writes and
 -- this row commit together. Fenced as record_successes is, on the claimant
 -- and a lease: a claim taken over meanwhile updates nothing, and the caller
--- rolls everything back.
+-- rolls everything back. The search_path is the session's default again
+-- first: the handler's block may have set its own.
+SET LOCAL search_path TO DEFAULT;
 UPDATE job_queue
 SET state = 'succeeded',
     finished_at = now(),

@@ -57,3 +57,24 @@ def test_a_statement_that_breaks_leaves_the_runs_written_before_it_settled(monke
     assert [run.written for run in runs] == [True, False]
     completer.write_finished(now_or_never=True)
     assert counted == ["succeeded", "succeeded"] and not completer.has_unwritten()
+
+
+def test_runs_completed_in_their_transaction_are_settled_once_and_nothing_is_sent(monkeypatch):
+    counted = []
+    monkeypatch.setattr("motir_supervisor.metrics.record_run",
+                        lambda kind, outcome, *rest: counted.append(outcome))
+    # A store that takes no statement: a completed run needs none.
+    entries = ledger.Ledger(4)
+    registration = registry.Registration("k", lambda j: None, None)
+    run = Run(db.ClaimedJob(1, "default", "k", json.dumps(None), 1, 5, None, 0),
+              Claim(0.0, 1, 1), entries.claim(1), registration)
+    run.decision, run.ended, run.completed = outcomes.SUCCESS, True, True
+    completer = Completer(types.SimpleNamespace(concurrency=1), "me", 1, object(),
+                          types.SimpleNamespace(busy=False, finished_since=lambda: None),
+                          entries, {1: run}, RoundTrips())
+    completer.add_ended([run], 0.0)
+    completer.write_finished(now_or_never=True)
+    assert counted == ["succeeded"] and not completer.has_unwritten()
+    # Its ledger entry was freed once: the next claims get entries of their own.
+    assert entries.free_entries() == 4
+    assert len({entries.claim(job_id) for job_id in (10, 11, 12, 13)}) == 4
