@@ -4,7 +4,7 @@ success committed together, fenced on the worker's claim.
 The block gets a psycopg2 connection in an open transaction (READ
 COMMITTED). When it exits cleanly, the job's row is set succeeded in that
 same transaction, if the claim is still this worker's (its claimant and a
-lease: see complete_in_transaction), and the transaction commits: the
+lease, as record_successes fences it), and the transaction commits: the
 handler's writes and the job's success are one commit. If the claim was
 taken over meanwhile, everything rolls back and ClaimLost is raised, so the
 run ends as lost; if the block raises, everything rolls back and the run
@@ -30,6 +30,9 @@ import psycopg2.extensions
 from .. import db
 
 log = logging.getLogger("motir_supervisor.worker")
+
+#: The job's success, fenced on its claim, in the block's transaction.
+COMPLETE = f"{db.QUERIES['default_search_path']}\n{db.QUERIES['record_successes']}"
 
 
 class Completing(Protocol):
@@ -78,8 +81,7 @@ class Transactions:
                                 job.kind)
                     conn.autocommit = False
                 with conn.cursor() as cur:
-                    cur.execute(db.QUERIES["complete_in_transaction"],
-                                {"id": job.id, "claimant": self.claimant})
+                    cur.execute(COMPLETE, {"ids": [job.id], "claimant": self.claimant})
                     if cur.rowcount != 1:
                         raise ClaimLost(f"job {job.id} is no longer claimed by this worker;"
                                         " its transaction was rolled back")

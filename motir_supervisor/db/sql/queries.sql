@@ -614,23 +614,13 @@ WHERE j.id = o.id
   AND j.lease_expires_at IS NOT NULL
 RETURNING j.id, j.state, j.kind;
 
--- complete_in_transaction --
--- A job's success, written inside the transaction its handler opened with
--- j.transaction() (worker/transactions.py), so that the handler's writes and
--- this row commit together. Fenced as record_successes is, on the claimant
--- and a lease: a claim taken over meanwhile updates nothing, and the caller
--- rolls everything back. The search_path is the session's default again
--- first: the handler's block may have set its own.
+-- default_search_path --
+-- Sent before record_successes in the transaction a handler opened with
+-- j.transaction() (worker/transactions.py), which writes the job's success
+-- there, fenced on the claim as ever, so that the handler's writes and the
+-- success commit together: the handler's block may have set a search_path
+-- of its own, and the success goes to the session's default one's table.
 SET LOCAL search_path TO DEFAULT;
-UPDATE job_queue
-SET state = 'succeeded',
-    finished_at = now(),
-    last_error = NULL,
-    locked_by = NULL,
-    lease_expires_at = NULL
-WHERE id = %(id)s
-  AND locked_by = %(claimant)s
-  AND lease_expires_at IS NOT NULL;
 
 -- record_successes_handing_on --
 -- record_successes for runs some of which came from a limited claim: each
