@@ -92,13 +92,24 @@ def test_a_run_is_a_span_in_the_trace_of_the_code_that_enqueued_it(
     assert event["attributes"]["exception.type"].endswith("PermanentFailure")
 
 
-def test_under_opentelemetry_instrument_each_run_is_printed_as_a_span(sql, start_supervisor):
+CONSOLE = {"OTEL_TRACES_EXPORTER": "console", "OTEL_METRICS_EXPORTER": "none",
+           "OTEL_LOGS_EXPORTER": "none"}
+
+
+@pytest.mark.parametrize("configured_by", ["opentelemetry-instrument", "OTEL_* variables"])
+def test_with_the_sdk_configured_by_its_standard_means_each_run_is_a_span(
+        sql, start_supervisor, configured_by):
     [job_id] = [sql.value("INSERT INTO job_queue (kind, max_attempts) VALUES ('permanent', 1)"
                           " RETURNING id")]
-    supervisor = start_supervisor(
-        "--workers", "1",
-        entry=[INSTRUMENT, "--traces_exporter", "console", "--metrics_exporter", "none",
-               "--logs_exporter", "none", sys.executable, "-m", "motir_supervisor"])
+    if configured_by == "opentelemetry-instrument":
+        supervisor = start_supervisor(
+            "--workers", "1",
+            entry=[INSTRUMENT, "--traces_exporter", "console", "--metrics_exporter", "none",
+                   "--logs_exporter", "none", sys.executable, "-m", "motir_supervisor"])
+    else:
+        # No instrumenting command, and an app that never imports
+        # OpenTelemetry: the worker configures the SDK from the variables.
+        supervisor = start_supervisor("--workers", "1", env=CONSOLE)
     wait_until(lambda: state_of(sql, job_id) == "failed", 20)
     supervisor.signal(signal.SIGTERM)
     assert supervisor.wait(20) == 0
