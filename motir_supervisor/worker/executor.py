@@ -238,10 +238,10 @@ class Executor:
         run before it exits."""
         if run.opened is None:
             return
-        job = run.claimed
-        ended = hooks.RunEnd("failed" if job.attempt >= job.max_attempts else "retried",
-                             _timeout_error(run), None,
-                             time.monotonic() - (run.started or 0.0), True)
+        job, error = run.claimed, _timeout_error(run)
+        decision = outcomes.decide(error, job.attempt, False, self.retry_base, self.retry_cap)
+        ended = hooks.RunEnd(outcomes.ending(decision, job.attempt, job.max_attempts), error,
+                             None, time.monotonic() - (run.started or 0.0), True)
         thread = threading.Thread(target=hooks.tell_end, args=(run.opened, ended),
                                   name="hooks", daemon=True)
         self._telling = [t for t in self._telling if t.is_alive()] + [thread]
@@ -321,9 +321,10 @@ class Executor:
             # started: set by _start_more before the run was handed to anyone.
             run.duration = time.monotonic() - run.started  # type: ignore[operator]
         with self._lock:
-            decision = run.decision
-            if decision is None:
-                decision, error = self._decide(run, error)
+            if run.decision is None:  # not decided before its hooks ended
+                run.decision, _ = self._decide(run, error)
+                # Under the lock, so that abandon() never marks a run that has ended.
+                self._record_decision(run)
             if not run.is_async:
                 self._sync_running -= 1
             recent = self._recent
@@ -334,10 +335,6 @@ class Executor:
                 # and sorting after every run would cost a no-op job more
                 # than its handler.
                 self._run_seconds = sorted(recent)[len(recent) // 2]
-            if run.decision is None:
-                run.decision = decision
-                # Under the lock, so that abandon() never marks a run that has ended.
-                self._record_decision(run)
             run.ended = True
             self._running.discard(run)
             first = not self._finished
