@@ -73,6 +73,20 @@ def enqueue(sql: Sql, kind: str, payload: str = "{}", count: int = 1, **columns:
 
 # -- test_executions: every run of the handlers in tests/apps --------------------
 
+#: The end of the lane's read in claim_limited_jobs.
+_HEAD_READ = ("        LIMIT least(lanes.slots, %(limit)s) * CASE WHEN lanes.per_key IS NULL"
+              " THEN 1 ELSE 2 END + 1\n    ) AS due")
+#: claim_limited_jobs with each row of the lane locked as it is read (FOR
+#: UPDATE SKIP LOCKED, as the claim of a queue without limits reads), for
+#: the negative controls that also take its lock away: two such claims at
+#: once read past each other's rows where the real claim's meet on the
+#: same ones, and their counts, taken before either commits, let both
+#: start what only one may.
+LOCKING_AS_READ = db.QUERIES["claim_limited_jobs"].replace(
+    _HEAD_READ, _HEAD_READ.replace("\n    ) AS due",
+                                   "\n        FOR UPDATE SKIP LOCKED\n    ) AS due"))
+assert LOCKING_AS_READ != db.QUERIES["claim_limited_jobs"]
+
 EXECUTIONS_TABLE = """
 CREATE TABLE test_executions (
     execution_id bigserial PRIMARY KEY,

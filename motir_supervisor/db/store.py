@@ -146,7 +146,8 @@ class JobStore:
              after: str | None = None) -> list[tuple]:
         """Run the named statement; with ``after``, the statement of that name
         first, in the same transaction (both go as one query string), and
-        read_committed first for a statement that ends runs (ENDS_RUNS)."""
+        read_committed before either for a statement that ends runs
+        (ENDS_RUNS)."""
         with self.conn.cursor() as cur:
             if self.prepare and name in PREPARED:
                 forms = _PREPARED_FORMS.get(name)
@@ -158,10 +159,10 @@ class JobStore:
                     self._prepared.add(name)
             else:
                 statement = QUERIES[name]
-            if after is None and name in ENDS_RUNS:
-                after = "read_committed"
             if after is not None:
                 statement = f"{QUERIES[after]}\n{statement}"
+            if name in ENDS_RUNS:
+                statement = f"{QUERIES['read_committed']}\n{statement}"
             cur.execute(statement, params)
             return cur.fetchall() if cur.description else []
 
@@ -248,7 +249,7 @@ class JobStore:
         (the ids written, the jobs claimed)."""
         rows = self._run("record_successes_handing_on", {
             "claimant": claimant, "ids": ids, "room": room, "lease_seconds": lease_seconds,
-            "queues": list(queues) if queues else None})
+            "queues": list(queues) if queues else None}, after="generic_plan")
         return ({row[0] for row in rows if row[0] is not None},
                 [ClaimedJob._make(row[1:]) for row in rows if row[0] is None])
 

@@ -11,8 +11,8 @@ import psycopg2
 import pytest
 
 from motir_supervisor import db
-from tests.helpers import (hold_limited_claims, most_at_once_per_key, notifications, race,
-                           wakeup_listener)
+from tests.helpers import (LOCKING_AS_READ, hold_limited_claims, most_at_once_per_key,
+                           notifications, race, wakeup_listener)
 
 PER_KEY = db.Limits(max_running_per_key=1)
 
@@ -71,11 +71,10 @@ def test_the_claim_takes_one_job_per_key_and_idle_workers_wait_for_a_key(sql, st
     # The rows left wait for their keys: an idle worker waits for a slot's
     # notification rather than look again.
     assert store.seconds_until_next_due(None) == (None, True)
-    # A claim that finds nothing to take parks what it passed over, and
-    # says to look again: the next one finds nothing it could start.
-    assert store.claim_limited_jobs("c", 10, 30, None) == ([], True)
-    assert sql.value("SELECT count(*) FROM job_queue WHERE parked") == 3
+    # A claim that finds nothing to take says so, and sets nothing aside:
+    # the rows of full keys stay in the lane, for the keys' next runs.
     assert store.claim_limited_jobs("c", 10, 30, None) == ([], False)
+    assert sql.value("SELECT count(*) FROM job_queue WHERE parked") == 0
     # x's slot frees (which notifies): the next claim finds x by its key.
     _finish(store, "c", [j for j in jobs if _keys_of(sql, [j]) == ["x"]])
     again, _ = store.claim_limited_jobs("c", 10, 30, None)
@@ -99,6 +98,43 @@ def test_a_deep_key_is_parked_and_found_by_key_when_it_has_room(sql, store):
     again, _ = store.claim_limited_jobs("c", 10, 30, None)
     assert [j.id for j in again] == [2]
     assert not sql.value("SELECT parked FROM job_queue WHERE id = 2")
+
+
+def test_a_claim_holds_only_the_rows_it_takes(sql, store, database_url):
+    store.sync_limits({"a": PER_KEY})
+    _insert(sql, "a", ["x", "y"])
+    assert len(store.claim_limited_jobs("c", 2, 30, None)[0]) == 2
+    passed = _insert(sql, "a", ["x", "y"])
+    (late,) = _insert(sql, "a", ["z"])
+    # A claim reads x's and y's next rows (their keys are full) and takes
+    # z's; until it commits, the rows it read past stay free for the runs
+    # of x and y to hand their slots on to.
+    claiming = psycopg2.connect(database_url)
+    try:
+        with claiming.cursor() as cur:
+            cur.execute(db.QUERIES["lock_limited_claims"] + db.QUERIES["claim_limited_jobs"],
+                        {"claimant": "d", "limit": 1, "free": 1, "lease_seconds": 30,
+                         "queues": None})
+            assert [row[0] for row in cur.fetchall()] == [late]
+            free = [row[0] for row in sql.rows(
+                "SELECT id FROM job_queue WHERE state = 'pending' ORDER BY id"
+                " FOR UPDATE SKIP LOCKED")]
+            assert free == passed
+    finally:
+        claiming.close()
+
+
+def test_the_limited_claim_and_the_hand_on_run_their_generic_plans_from_the_first(sql, store):
+    store.sync_limits({"a": PER_KEY})
+    _insert(sql, "a", ["x", "x"])
+    jobs, _ = store.claim_limited_jobs("c", 2, 30, None)
+    store.record_successes_handing_on("c", [j.id for j in jobs], 1, 30, None)
+    with store.conn.cursor() as cur:
+        cur.execute("SELECT name, generic_plans, custom_plans FROM pg_prepared_statements"
+                    " WHERE name IN ('motir_claim_limited_jobs',"
+                    " 'motir_record_successes_handing_on') ORDER BY name")
+        assert cur.fetchall() == [("motir_claim_limited_jobs", 1, 0),
+                                  ("motir_record_successes_handing_on", 1, 0)]
 
 
 def test_a_key_with_room_takes_up_to_its_limit_in_one_claim(sql, store):
@@ -149,9 +185,16 @@ def test_a_hot_key_delays_no_other_key(sql, store):
     claims: list[list[str]] = []
     while "late" not in sum(claims, []) and len(claims) < 20:
         claims.append(_keys_of(sql, store.claim_limited_jobs("c", 64, 30, None)[0]))
-    # The claims set hot's backlog aside 10,000 rows at a time, and the late
-    # key's job ran right after.
-    assert sum(claims, []) == ["warm", "late"] and len(claims) <= 7, claims
+    # The claims found the late key past hot's rows at once, and go on
+    # setting hot's backlog aside, 10,000 rows a claim, while they say more
+    # is due.
+    assert sum(claims, []) == ["warm", "late"] and len(claims) <= 3, claims
+    settling = 0
+    while store.claim_limited_jobs("c", 64, 30, None)[1]:
+        settling += 1
+        assert settling <= 6
+    # A few of hot's rows may stay in the lane: too few to set aside.
+    assert sql.value("SELECT count(*) FROM job_queue WHERE NOT parked AND state = 'pending'") < 20
     sql.rows("ANALYZE job_queue")
     _insert(sql, "a", ["later"])
     # Now a claim reads what it read with hot's backlog a single job deep,
@@ -246,19 +289,19 @@ def test_a_key_with_room_behind_full_keys_is_reached_and_nobody_spins(sql, store
     assert store.seconds_until_next_due(None) == (None, True)
 
 
-def test_an_idle_worker_clears_a_lane_head_of_full_keys_then_waits(sql, store):
+def test_an_idle_worker_waits_past_a_lane_head_of_full_keys(sql, store):
     store.sync_limits({"a": PER_KEY})
     keys = [f"k{n:02}" for n in range(70)]
     _insert(sql, "a", keys)
     assert len(store.claim_limited_jobs("c", 70, 30, None)[0]) == 70
-    _insert(sql, "a", keys)
-    # 64 due rows of full keys at the head: something may wait behind them,
-    # so a claim is due; it parks them, and then the worker waits.
-    assert store.seconds_until_next_due(None)[0] < 0
-    assert store.claim_limited_jobs("c", 64, 30, None) == ([], True)
-    while store.claim_limited_jobs("c", 64, 30, None)[1]:
-        pass
+    _insert(sql, "a", keys + ["z"])
+    # 70 due rows of full keys at the head, and a key with room behind
+    # them: a claim walks past the full keys to it, and sets none aside.
+    assert _keys_of(sql, store.claim_limited_jobs("c", 8, 30, None)[0]) == ["z"]
+    assert sql.value("SELECT count(*) FROM job_queue WHERE parked") == 0
+    # Nothing else can start: the worker waits for a slot's notification.
     assert store.seconds_until_next_due(None) == (None, True)
+    assert store.claim_limited_jobs("c", 8, 30, None) == ([], False)
 
 
 def test_parked_keys_a_worker_cannot_take_end_its_walk(sql, store):
@@ -513,6 +556,7 @@ def _hand_on_in_two(store, claimant, ids):
 def _claim_and_hold(url, variant, barrier):
     if variant == "no lock":
         db.QUERIES["lock_limited_claims"] = "SELECT 1;"
+        db.QUERIES["claim_limited_jobs"] = LOCKING_AS_READ
     if variant == "no key check":
         db.QUERIES["claim_limited_jobs"] = NO_KEY_CHECK
     hand_on = {"hand-on": _hand_on_in_one, "naive hand-on": _hand_on_in_two}.get(variant)

@@ -10,7 +10,7 @@ import pytest
 
 from motir_supervisor import db
 from tests.apps.limited import THROTTLED_MAX_RUNNING
-from tests.helpers import hold_limited_claims, most_at_once, race, wait_until
+from tests.helpers import LOCKING_AS_READ, hold_limited_claims, most_at_once, race, wait_until
 
 
 def _lanes(sql):
@@ -149,8 +149,9 @@ def test_the_limited_claim_walks_its_own_index(sql, store):
 
 RACERS = 6
 RACE_JOBS = 90
-#: The lock taken inside the claim statement, after its snapshot was taken.
-IN_STATEMENT = db.QUERIES["claim_limited_jobs"].replace(
+#: The lock taken inside the claim statement, after its snapshot was taken
+#: (by a claim that locks rows as it reads them: see LOCKING_AS_READ).
+IN_STATEMENT = LOCKING_AS_READ.replace(
     "    FROM job_queue_limits AS l\n), lanes AS (",
     "    FROM job_queue_limits AS l,\n"
     "         LATERAL (SELECT pg_advisory_xact_lock(hashtext('motir_supervisor.limited_claims'))"
@@ -161,6 +162,7 @@ assert IN_STATEMENT != db.QUERIES["claim_limited_jobs"]
 def _claim_and_hold(url, variant, barrier):
     if variant != "real":
         db.QUERIES["lock_limited_claims"] = "SELECT 1;"
+        db.QUERIES["claim_limited_jobs"] = LOCKING_AS_READ
     if variant == "lock in the statement":
         db.QUERIES["claim_limited_jobs"] = IN_STATEMENT
     hold_limited_claims(url, barrier, 2, (0.005, 0.02))

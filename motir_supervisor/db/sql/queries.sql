@@ -135,8 +135,10 @@ ORDER BY priority, run_at, id;
 -- paused queue's jobs are not waited for: `resume` wakes the workers. Nor
 -- are the jobs of a limited kind at its max_running, nor those of a full
 -- key (parked, or among the first rows of the kind's lane): a slot of
--- either that frees wakes the workers (migrations/0004). A rate-limited kind's jobs are waited for until its
--- next allowance, when the oldest start that keeps it full leaves its
+-- either that frees wakes the workers (migrations/0004), and the claim
+-- then walks past the full keys' rows to any key with room behind them
+-- (see claim_limited_jobs). A rate-limited kind's jobs are waited for until
+-- its next allowance, when the oldest start that keeps it full leaves its
 -- window. Both lanes are walked one priority at a time, as the claims do:
 -- the earliest run_at of each priority is the first entry of its range of
 -- the index. The second column says whether any kind is limited, so that a
@@ -183,13 +185,7 @@ SELECT extract(epoch FROM least(
                                OR q.queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))))
             FROM priorities AS p
             WHERE p.priority IS NOT NULL),
-           (SELECT min((SELECT greatest(CASE WHEN bool_or(first.room)
-                                                   THEN min(first.run_at) FILTER (WHERE first.room)
-                                                   -- Due rows of full keys and no more:
-                                                   -- a claim parks them.
-                                                   WHEN count(*) FILTER (
-                                                            WHERE first.run_at <= now()) = 64
-                                                   THEN now() END,
+           (SELECT min((SELECT greatest(min(first.run_at) FILTER (WHERE first.room),
                                               lanes.allowed_at)
                         FROM (SELECT q.run_at,
                                      lanes.per_key IS NULL OR q.concurrency_key IS NULL
@@ -207,8 +203,7 @@ SELECT extract(epoch FROM least(
                                      OR q.queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
                               ORDER BY q.run_at, q.id
                               LIMIT 64) AS first
-                        HAVING bool_or(first.room) OR count(*) FILTER (
-                                   WHERE first.run_at <= now()) = 64))
+                        HAVING bool_or(first.room)))
             FROM lanes
             WHERE lanes.priority IS NOT NULL),
            -- Parked rows of a kind out of allowance: when it comes back (a
@@ -226,9 +221,11 @@ SELECT extract(epoch FROM least(
 -- role's or database's default: under REPEATABLE READ the transaction's one
 -- snapshot would be taken by the first statement, before the lock, and two
 -- claims waiting on it would both count the same free slot. No JIT, as for
--- every worker session (db.JobStore.open), also on a --no-listen one.
+-- every worker session (db.JobStore.open), also on a --no-listen one. The
+-- claim's generic plan from its first run (see generic_plan).
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 SET LOCAL jit = off;
+SET LOCAL plan_cache_mode = force_generic_plan;
 SELECT pg_advisory_xact_lock(hashtext('motir_supervisor.limited_claims'));
 
 -- claim_limited_jobs --
@@ -269,11 +266,20 @@ SELECT pg_advisory_xact_lock(hashtext('motir_supervisor.limited_claims'));
 --   window holds at most rate_limit. A retry is a new claim, hence a start.
 -- * Rows of one key are ranked together, so this claim itself takes no
 --   more than the key's free slots, whichever index it found them through.
+--   It locks the rows it chose once chosen (see locked), and one it cannot
+--   lock, or that is no longer pending, is left out: it takes fewer, never
+--   others.
 --
 -- The lock could not be taken inside this statement: its snapshot would be
--- older than the lock, and would miss a claim committed while it waited
--- (tests/integration/test_limits.py and tests/e2e/test_limits.py keep that
--- variant as a negative control, and it overshoots).
+-- older than the lock, and would miss a claim committed while it waited.
+-- Nor does locking only the rows it takes make the lock needless: two
+-- claims at once meet on the same rows only while their snapshots show the
+-- same lane, and a row that falls due, or comes in ahead, between the two
+-- sends them to different rows, each counting the same free slots. The
+-- negative controls of tests/integration/test_limits.py and
+-- tests/e2e/test_limits.py run this claim without the lock, or with it
+-- inside, locking rows as it reads them so that concurrent claims read past
+-- each other's rows, and it overshoots.
 --
 -- The lock serialises only the limited claims; workers run one only when a
 -- limited job may be due (see Producer.claim_while_room in
@@ -285,23 +291,25 @@ SELECT pg_advisory_xact_lock(hashtext('motir_supervisor.limited_claims'));
 -- the jobs ahead of it in that worker take.
 --
 -- Where the rows come from:
--- * The lane (job_queue_limited), each kind's pending rows one priority at
---   a time in due order, as the regular claim walks its own: up to what the
---   kind may take and one more (more_due), twice that for a kind limited
---   per key, whose rows of full keys are passed over.
--- * The parked rows (job_queue_parked), by key: the walk hops from the key
---   after the kind's key_cursor to the next, round to the first, until it
---   has found as many keys with room as the kind may take or looked at a
---   few dozen more, and takes each key's free slots' worth in due order;
---   the next claim goes on where it stopped, so every key gets its turn. A
---   full key it passes costs one probe, and few keys are full at a time: a
---   full key has running rows.
--- A claim that finds nothing to take in the lane parks the keys it passed
--- over, and a key with many rows beyond its room in the lane is parked too
--- (see clogged), each with all its rows, so that no later claim reads them
--- again. A key's slot that frees brings its first parked row back to the
--- lane (migrations/0008), and a key's slot handed on takes its next row
--- from either.
+-- * The lane's head (job_queue_limited), each kind's pending rows one
+--   priority at a time in due order, as the regular claim walks its own: up
+--   to what the kind may take and one more (more_due), twice that for a
+--   kind limited per key, whose rows of full keys are passed over.
+-- * The walk of the keys, by key: it hops from the key after the kind's
+--   key_cursor to the next, round to the first, until it has found as many
+--   keys with room as the kind may take or looked at a few dozen more, and
+--   takes each key's free slots' worth in due order; the next claim goes on
+--   where it stopped, so every key gets its turn. It walks the parked rows'
+--   keys (job_queue_parked), and, when the head showed the kind nothing to
+--   take, the lane's keys too (job_queue_key_lane), a few hundred of them:
+--   a key with room behind rows of full keys is reached without reading
+--   those rows again, and without setting them aside, since the full keys'
+--   next runs take them (a key's slot handed on takes its next row from the
+--   lane or the parked rows). A full key it passes costs a few probes.
+-- A key with many rows beyond its room in the head, a deep backlog that
+-- every claim would read again, is parked (see clogged) with all its rows.
+-- A key's slot that frees brings its first parked row back to the lane
+-- (migrations/0008).
 -- The rows then go by priority, run_at and id, up to the limit.
 -- more_due: more could run than this claim took, or it parked rows or cut
 -- its walk of the keys short; it comes back even when nothing was claimed.
@@ -334,71 +342,21 @@ WITH RECURSIVE clock AS MATERIALIZED (
               AND q.priority > lanes.priority)
     FROM lanes
     WHERE lanes.priority IS NOT NULL
-), walk AS (
-    -- One row per key looked at: from the key after the kind's key_cursor
-    -- to the last, then from the first to the cursor (the second lap, when
-    -- `wrapped`), each key once. A key counts as found when it has room
-    -- and a row this claim may take (due, of a queue it serves, not
-    -- paused). The walk stops once the keys found fill what the kind may
-    -- take, or a few dozen keys later. It starts from a row of no key
-    -- (visits 0) at the cursor, or at '' (before every key: a key is never
-    -- empty) when there is none.
-    SELECT k.kind, k.per_key, k.slots, k.key_cursor AS start,
-           coalesce(k.key_cursor, '') AS key, false AS wrapped, 0::bigint AS room,
-           0 AS found, 0 AS passed, 0 AS visits
-    FROM kinds AS k
-    WHERE k.slots > 0 AND k.per_key IS NOT NULL
-    UNION ALL
-    SELECT w.kind, w.per_key, w.slots, w.start, step.key, step.wrapped, room.room,
-           w.found + (room.room > 0 AND room.takeable)::integer,
-           w.passed + (room.room > 0 AND NOT room.takeable)::integer, w.visits + 1
-    FROM walk AS w
-    CROSS JOIN LATERAL (
-        -- On the second lap, no further than where the walk began: a range
-        -- of the index either way (an OR of the two would be a filter).
-        SELECT CASE WHEN w.wrapped THEN (
-                        SELECT min(p.concurrency_key) FROM job_queue AS p
-                        WHERE p.state = 'pending' AND p.parked AND p.kind = w.kind
-                          AND p.concurrency_key > w.key AND p.concurrency_key <= w.start)
-                    ELSE (
-                        SELECT min(p.concurrency_key) FROM job_queue AS p
-                        WHERE p.state = 'pending' AND p.parked AND p.kind = w.kind
-                          AND p.concurrency_key > w.key) END AS key
-    ) AS after
-    CROSS JOIN LATERAL (
-        SELECT coalesce(after.key, CASE WHEN NOT w.wrapped THEN (
-                   SELECT min(p.concurrency_key) FROM job_queue AS p
-                   WHERE p.state = 'pending' AND p.parked AND p.kind = w.kind
-                     AND p.concurrency_key <= w.start) END) AS key,
-               w.wrapped OR after.key IS NULL AS wrapped
-    ) AS step
-    CROSS JOIN LATERAL (
-        SELECT w.per_key - (SELECT count(*)
-                            FROM (SELECT FROM job_queue AS r
-                                  WHERE r.state = 'running' AND r.concurrency_key IS NOT NULL
-                                    AND r.kind = w.kind AND r.concurrency_key = step.key
-                                  LIMIT w.per_key) AS running) AS room,
-               -- The first takeable row in the key's order, as its
-               -- index holds it.
-               step.key IS NOT NULL AND (
-                   SELECT 1 FROM job_queue AS q
-                   WHERE q.state = 'pending' AND q.parked
-                     AND q.kind = w.kind AND q.concurrency_key = step.key
-                     AND q.run_at <= now()
-                     AND (%(queues)s::text[] IS NULL OR q.queue = ANY(%(queues)s::text[]))
-                     AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
-                          OR q.queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
-                   ORDER BY q.priority, q.run_at, q.id
-                   LIMIT 1) IS NOT NULL AS takeable
-    ) AS room
-    WHERE w.key IS NOT NULL
-      AND w.found < least(w.slots, %(limit)s)
-      AND w.visits < least(w.slots, %(limit)s) + 32
-), candidates AS (
-    -- A kind limited per key reads twice what it may take, since rows of
-    -- keys without room are passed over.
+), head AS MATERIALIZED (
+    -- The lane's head, each kind one priority at a time in due order, up
+    -- to what the kind may take and one more (more_due), twice that for a
+    -- kind limited per key, whose rows of full keys are passed over. Read
+    -- without locks: see locked. key_room: NULL where no per-key limit
+    -- applies (no limit, or no key).
     SELECT due.id, lanes.kind, due.concurrency_key AS key, due.priority, due.run_at,
-           false AS was_parked, NULL::bigint AS walk_room
+           CASE WHEN lanes.per_key IS NOT NULL AND due.concurrency_key IS NOT NULL THEN
+               lanes.per_key - (SELECT count(*)
+                                FROM (SELECT FROM job_queue AS r
+                                      WHERE r.state = 'running' AND r.concurrency_key IS NOT NULL
+                                        AND r.kind = lanes.kind
+                                        AND r.concurrency_key = due.concurrency_key
+                                      LIMIT lanes.per_key) AS running)
+           END AS key_room
     FROM lanes
     CROSS JOIN LATERAL (
         SELECT id, concurrency_key, priority, run_at
@@ -414,10 +372,111 @@ WITH RECURSIVE clock AS MATERIALIZED (
                OR queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
         ORDER BY run_at, id
         LIMIT least(lanes.slots, %(limit)s) * CASE WHEN lanes.per_key IS NULL THEN 1 ELSE 2 END + 1
-        FOR UPDATE SKIP LOCKED
     ) AS due
     WHERE lanes.priority IS NOT NULL
+), walk AS (
+    -- One row per key looked at: from the key after the kind's key_cursor
+    -- to the last, then from the first to the cursor (the second lap, when
+    -- `wrapped`), each key once. The keys of the parked rows; and when the
+    -- lane's head showed the kind nothing to take (`lane_too`: its rows
+    -- are all of full keys), the keys of the lane's rows too, so that a key
+    -- with room behind them is reached without reading them again. A key
+    -- counts as found when it has room and a row this claim may take (due,
+    -- of a queue it serves, not paused). The walk stops once the keys found
+    -- fill what the kind may take, or a few dozen keys later (a few hundred
+    -- past a head of full keys). It starts from a row of no key (visits 0)
+    -- at the cursor, or at '' (before every key: a key is never empty) when
+    -- there is none.
+    SELECT k.kind, k.per_key, k.slots, k.key_cursor AS start,
+           coalesce(k.key_cursor, '') AS key, false AS wrapped, 0::bigint AS room,
+           0 AS found, 0 AS passed, 0 AS visits, lane_too.lane_too,
+           least(k.slots, %(limit)s) + CASE WHEN lane_too.lane_too THEN 256 ELSE 32 END AS budget
+    FROM kinds AS k
+    CROSS JOIN LATERAL (
+        SELECT NOT EXISTS (SELECT FROM head AS h
+                           WHERE h.kind = k.kind AND (h.key_room IS NULL OR h.key_room > 0))
+                   AS lane_too
+    ) AS lane_too
+    WHERE k.slots > 0 AND k.per_key IS NOT NULL
     UNION ALL
+    SELECT w.kind, w.per_key, w.slots, w.start, step.key, step.wrapped, room.room,
+           w.found + (room.room > 0 AND room.takeable)::integer,
+           w.passed + (room.room > 0 AND NOT room.takeable)::integer, w.visits + 1,
+           w.lane_too, w.budget
+    FROM walk AS w
+    CROSS JOIN LATERAL (
+        -- On the second lap, no further than where the walk began: a range
+        -- of each index either way (an OR of the two would be a filter).
+        -- least() passes over the NULL of an index without a further key.
+        SELECT CASE WHEN w.wrapped THEN least(
+                        (SELECT min(p.concurrency_key) FROM job_queue AS p
+                         WHERE p.state = 'pending' AND p.parked AND p.kind = w.kind
+                           AND p.concurrency_key > w.key AND p.concurrency_key <= w.start),
+                        CASE WHEN w.lane_too THEN (
+                            SELECT min(q.concurrency_key) FROM job_queue AS q
+                            WHERE q.state = 'pending' AND q.limited AND NOT q.parked
+                              AND q.concurrency_key IS NOT NULL AND q.kind = w.kind
+                              AND q.concurrency_key > w.key AND q.concurrency_key <= w.start) END)
+                    ELSE least(
+                        (SELECT min(p.concurrency_key) FROM job_queue AS p
+                         WHERE p.state = 'pending' AND p.parked AND p.kind = w.kind
+                           AND p.concurrency_key > w.key),
+                        CASE WHEN w.lane_too THEN (
+                            SELECT min(q.concurrency_key) FROM job_queue AS q
+                            WHERE q.state = 'pending' AND q.limited AND NOT q.parked
+                              AND q.concurrency_key IS NOT NULL AND q.kind = w.kind
+                              AND q.concurrency_key > w.key) END) END AS key
+    ) AS after
+    CROSS JOIN LATERAL (
+        SELECT coalesce(after.key, CASE WHEN NOT w.wrapped THEN least(
+                   (SELECT min(p.concurrency_key) FROM job_queue AS p
+                    WHERE p.state = 'pending' AND p.parked AND p.kind = w.kind
+                      AND p.concurrency_key <= w.start),
+                   CASE WHEN w.lane_too THEN (
+                       SELECT min(q.concurrency_key) FROM job_queue AS q
+                       WHERE q.state = 'pending' AND q.limited AND NOT q.parked
+                         AND q.concurrency_key IS NOT NULL AND q.kind = w.kind
+                         AND q.concurrency_key <= w.start) END) END) AS key,
+               w.wrapped OR after.key IS NULL AS wrapped
+    ) AS step
+    CROSS JOIN LATERAL (
+        SELECT w.per_key - (SELECT count(*)
+                            FROM (SELECT FROM job_queue AS r
+                                  WHERE r.state = 'running' AND r.concurrency_key IS NOT NULL
+                                    AND r.kind = w.kind AND r.concurrency_key = step.key
+                                  LIMIT w.per_key) AS running) AS room,
+               -- The first takeable row in the key's order, as each index
+               -- holds it.
+               step.key IS NOT NULL AND ((
+                   SELECT 1 FROM job_queue AS q
+                   WHERE q.state = 'pending' AND q.parked
+                     AND q.kind = w.kind AND q.concurrency_key = step.key
+                     AND q.run_at <= now()
+                     AND (%(queues)s::text[] IS NULL OR q.queue = ANY(%(queues)s::text[]))
+                     AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
+                          OR q.queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
+                   ORDER BY q.priority, q.run_at, q.id
+                   LIMIT 1) IS NOT NULL OR w.lane_too AND (
+                   SELECT 1 FROM job_queue AS q
+                   WHERE q.state = 'pending' AND q.limited AND NOT q.parked
+                     AND q.concurrency_key IS NOT NULL
+                     AND q.kind = w.kind AND q.concurrency_key = step.key
+                     AND q.run_at <= now()
+                     AND (%(queues)s::text[] IS NULL OR q.queue = ANY(%(queues)s::text[]))
+                     AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
+                          OR q.queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
+                   ORDER BY q.priority, q.run_at, q.id
+                   LIMIT 1) IS NOT NULL) AS takeable
+    ) AS room
+    WHERE w.key IS NOT NULL
+      AND w.found < least(w.slots, %(limit)s)
+      AND w.visits < w.budget
+), candidates AS (
+    SELECT h.id, h.kind, h.key, h.priority, h.run_at, false AS was_parked, h.key_room
+    FROM head AS h
+    UNION ALL
+    -- A key the walk found: its rows in due order, as many as its room,
+    -- from the parked rows and, past a head of full keys, from the lane.
     SELECT due.id, w.kind, w.key, due.priority, due.run_at, true, w.room
     FROM walk AS w
     CROSS JOIN LATERAL (
@@ -433,20 +492,34 @@ WITH RECURSIVE clock AS MATERIALIZED (
                OR queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
         ORDER BY priority, run_at, id
         LIMIT w.room
-        FOR UPDATE SKIP LOCKED
     ) AS due
     WHERE w.key IS NOT NULL AND w.room > 0
+    UNION ALL
+    SELECT due.id, w.kind, w.key, due.priority, due.run_at, false, w.room
+    FROM walk AS w
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at
+        FROM job_queue
+        WHERE state = 'pending'
+          AND limited
+          AND NOT parked
+          AND concurrency_key IS NOT NULL
+          AND kind = w.kind
+          AND concurrency_key = w.key
+          AND run_at <= now()
+          AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+          AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
+               OR queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
+        ORDER BY priority, run_at, id
+        LIMIT w.room
+    ) AS due
+    WHERE w.key IS NOT NULL AND w.room > 0 AND w.lane_too
 ), ranked AS MATERIALIZED (
-    -- key_room: NULL where no per-key limit applies (no limit, or no key).
+    -- Each key's rows numbered together, whichever way they were found:
+    -- the walk's rows of a key are never the head's (the walk takes the
+    -- lane's rows only when the head's keys are all full).
     SELECT c.id, c.kind, c.key, c.priority, c.run_at, c.was_parked, k.slots, k.strict,
-           CASE WHEN c.walk_room IS NOT NULL THEN c.walk_room
-                WHEN k.per_key IS NOT NULL AND c.key IS NOT NULL THEN
-               k.per_key - (SELECT count(*)
-                            FROM (SELECT FROM job_queue AS r
-                                  WHERE r.state = 'running' AND r.concurrency_key IS NOT NULL
-                                    AND r.kind = c.kind AND r.concurrency_key = c.key
-                                  LIMIT k.per_key) AS running)
-           END AS key_room,
+           c.key_room,
            row_number() OVER (PARTITION BY c.kind, c.key
                               ORDER BY c.priority, c.run_at, c.id) AS key_place
     FROM candidates AS c
@@ -458,7 +531,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
           FROM ranked
           WHERE key_room IS NULL OR key_place <= key_room) AS by_kind
     WHERE place <= slots
-), chosen AS (
+), chosen AS MATERIALIZED (
     -- The worker's free slots are shared by the strict kinds' rows.
     SELECT id
     FROM (SELECT id, priority, run_at, strict,
@@ -467,6 +540,16 @@ WITH RECURSIVE clock AS MATERIALIZED (
     WHERE NOT strict OR place <= %(free)s
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
+), locked AS MATERIALIZED (
+    -- The rows were read without locks, and only the ones taken are locked
+    -- (each still pending once locked; one another statement holds is left
+    -- for the next claim). So the claim never holds the rows of full keys
+    -- it read past, which the hand-on of those keys' runs takes next.
+    SELECT c.id
+    FROM chosen AS c
+    JOIN LATERAL (SELECT FROM job_queue AS q
+                  WHERE q.id = c.id AND q.state = 'pending'
+                  FOR UPDATE SKIP LOCKED) AS still ON true
 ), clogged AS (
     -- Keys without room with many rows in what the lane showed this claim:
     -- a deep backlog of one key, which every claim would read again. Their
@@ -479,18 +562,6 @@ WITH RECURSIVE clock AS MATERIALIZED (
       -- crowded out by others) stays in the lane, where it is found.
       AND r.key_room <= (SELECT count(*) FROM chosen AS c JOIN ranked AS o ON o.id = c.id
                          WHERE o.kind = r.kind AND o.key = r.key)
-    UNION
-    -- A claim that found nothing to take in the lane parks the keys it
-    -- passed over, each with all its rows: the next one reads past them,
-    -- so rows of full keys at the head of the lane never keep a key with
-    -- room from being reached (see seconds_until_next_due, which sends a
-    -- claim here).
-    SELECT r.kind, r.key
-    FROM ranked AS r
-    WHERE NOT r.was_parked AND r.key_place > r.key_room
-      AND NOT EXISTS (SELECT FROM ranked AS o
-                      WHERE NOT o.was_parked
-                        AND (o.key_room IS NULL OR o.key_place <= o.key_room))
 ), parked_now AS (
     UPDATE job_queue
     SET parked = true
@@ -518,7 +589,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
         lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_seconds)s),
         attempts = j.attempts + 1,
         started_at = (SELECT now FROM clock)
-    WHERE j.id = ANY(ARRAY(SELECT id FROM chosen))
+    WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
     RETURNING j.id, j.queue, j.kind, j.payload::text AS payload, j.attempts, j.max_attempts, j.checkpoint,
               j.priority, j.run_at, j.trace_context
 ), started AS (
@@ -540,7 +611,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
     FROM (SELECT DISTINCT ON (kind) kind, key FROM walk ORDER BY kind, visits DESC) AS last
     WHERE l.kind = last.kind AND l.key_cursor IS DISTINCT FROM last.key
 ), more AS (
-    SELECT (SELECT count(*) FROM eligible) > (SELECT count(*) FROM chosen)
+    SELECT (SELECT count(*) FROM eligible) > (SELECT count(*) FROM locked)
            OR EXISTS (SELECT FROM parked_now)
            -- A walk that stopped before it had been round every key, with
            -- keys found, or passed with room: more such keys may follow. One
@@ -621,6 +692,15 @@ RETURNING j.id, j.state, j.kind;
 -- success commit together: the handler's block may have set a search_path
 -- of its own, and the success goes to the session's default one's table.
 SET LOCAL search_path TO DEFAULT;
+
+-- generic_plan --
+-- Sent before record_successes_handing_on, in one query string, after
+-- read_committed. The server plans a prepared statement afresh for each of
+-- its first five runs and keeps doing so while the plans it makes look
+-- cheaper than the generic one; planning this statement, or
+-- claim_limited_jobs, costs more than running it (5 ms against 4 for a
+-- hundred rows), and its generic plan is the one it is written for.
+SET LOCAL plan_cache_mode = force_generic_plan;
 
 -- record_successes_handing_on --
 -- record_successes for runs some of which came from a limited claim: each
