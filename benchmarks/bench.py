@@ -171,7 +171,7 @@ class Settings:
 
 
 SMOKE = Settings(jobs=300, workers_list=(1, 2), latency_samples=30, bloat_rows=10_000,
-                 idle_seconds=2.0, idle_settle_seconds=1.0, idle_burst_jobs=100, io_jobs=40,
+                 idle_seconds=1.0, idle_settle_seconds=0.5, idle_burst_jobs=100, io_jobs=40,
                  io_slots=(4,), rate_windows=2)
 
 
