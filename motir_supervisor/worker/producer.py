@@ -38,6 +38,10 @@ LIMITED_CLAIM_BACKSTOP_SECONDS = 1.0
 #: At most this many rows per limited claim: limited claims run one at a
 #: time fleet-wide, so each one holds every other back while it runs.
 LIMITED_CLAIM_ROWS = 128
+#: Limited claims in a row that may come back empty and still be followed
+#: at once by another (one that parked rows, or walked only part of the
+#: keys); after that, the next waits for a wake-up or the backstop.
+EMPTY_LIMITED_CLAIMS = 3
 #: A claim in doubt when the connection broke may commit later still; its
 #: rows are looked for once more this long after the reconnect.
 CLAIM_RECHECK_SECONDS = 2.0
@@ -70,6 +74,8 @@ class Producer:
         #: worker sets it from what the database says.
         self.limits_exist = False
         self._next_limited_claim = 0.0
+        #: Limited claims in a row that came back empty.
+        self._empty_limited_claims = 0
         self.batch_size = 1
         #: The limited lane's own batch size: its claims come up short
         #: whenever keys or kinds are full, which says nothing of the regular
@@ -107,27 +113,34 @@ class Producer:
         poller = self.poller
         while (room := self._room_to_claim(stopping())) > 0:
             now = time.monotonic()
+            limited_goes_on = False
             if self.limits_exist and (poller.limited_may_have_work
                                       or now >= self._next_limited_claim):
                 # The backstop: a wake-up lost (or never sent: --no-listen)
                 # delays a limited job by a second at most.
                 self._next_limited_claim = now + LIMITED_CLAIM_BACKSTOP_SECONDS
                 claimed, more_due = self.claim_limited(room)
+                self._empty_limited_claims = 0 if claimed else self._empty_limited_claims + 1
+                # One that keeps coming back empty saying more is due (rows
+                # another transaction holds, say) waits for the backstop.
+                more_due = more_due and self._empty_limited_claims <= EMPTY_LIMITED_CLAIMS
                 poller.limited_may_have_work = more_due
                 if more_due and claimed:
                     poller.kick()
                 if claimed:
                     continue
-                if more_due and self.executor.free_slots() > 0:
-                    # Nothing claimed for free slots, so it parked rows or
-                    # stopped its walk of the keys short: it goes on once the
-                    # worker has written what ended meanwhile. (With none
-                    # free, more_due is the jobs waiting for a free slot.)
-                    return False
+                # Nothing claimed for free slots, so it parked rows or
+                # stopped its walk of the keys short: it goes on once the
+                # worker has written what ended meanwhile, after the regular
+                # claim. (With none free, more_due is the jobs waiting for a
+                # free slot.)
+                limited_goes_on = more_due and self.executor.free_slots() > 0
             claimed, more_due = self.claim(room)
             if more_due:
                 poller.kick()
             if not claimed:
+                if limited_goes_on:
+                    return False
                 poller.may_have_work = False
                 return True
             poller.claimed()

@@ -224,6 +224,25 @@ def _claim_buffers(sql):
     return max(hits)
 
 
+def test_a_key_with_a_deep_backlog_not_due_yet_costs_no_walk_more(sql, store):
+    store.sync_limits({"a": PER_KEY})
+    keys = [f"k{n}" for n in range(10)]
+    _insert(sql, "a", keys)
+    assert len(store.claim_limited_jobs("c", 10, 30, None)[0]) == 10
+    _insert(sql, "a", keys * 3)  # a head of full keys: the walk takes the lane's keys
+    sql.rows("INSERT INTO job_queue (kind, concurrency_key, run_at)"
+             " SELECT 'a', 'later', now() + interval '1 hour' FROM generate_series(1, 1000)")
+    sql.rows("VACUUM ANALYZE job_queue")
+    shallow = _claim_buffers(sql)
+    sql.rows("INSERT INTO job_queue (kind, concurrency_key, run_at)"
+             " SELECT 'a', 'later', now() + interval '1 hour' FROM generate_series(1, 100000)")
+    sql.rows("VACUUM ANALYZE job_queue")
+    # The walk looks at the first rows of a key with room, not through its
+    # whole backlog.
+    deep = _claim_buffers(sql)
+    assert deep < shallow * 2 + 50, (shallow, deep)
+
+
 def test_a_claims_cost_stays_flat_with_many_keys(sql, store):
     store.sync_limits({"a": PER_KEY})
     sql.rows("INSERT INTO job_queue (kind, concurrency_key)"
@@ -283,10 +302,12 @@ def test_a_key_with_room_behind_full_keys_is_reached_and_nobody_spins(sql, store
     while not claims or claims[-1][1]:
         jobs, more = store.claim_limited_jobs("c", 4, 30, None)
         claims.append((_keys_of(sql, jobs), more))
-    # Each claim that came up short parked what it passed over, until z.
-    assert ["z"] in [keys for keys, _ in claims] and len(claims) <= 20, claims
+    # A claim walked past the full keys to z.
+    assert ["z"] in [keys for keys, _ in claims] and len(claims) <= 3, claims
     assert store.claim_limited_jobs("c", 4, 30, None) == ([], False)
-    assert store.seconds_until_next_due(None) == (None, True)
+    # An idle worker looks again once the full keys' runs have gone on for
+    # a second, when a claim would set their rows aside; not before.
+    assert 0.5 < store.seconds_until_next_due(None)[0] <= 1
 
 
 def test_an_idle_worker_waits_past_a_lane_head_of_full_keys(sql, store):
@@ -299,9 +320,21 @@ def test_an_idle_worker_waits_past_a_lane_head_of_full_keys(sql, store):
     # them: a claim walks past the full keys to it, and sets none aside.
     assert _keys_of(sql, store.claim_limited_jobs("c", 8, 30, None)[0]) == ["z"]
     assert sql.value("SELECT count(*) FROM job_queue WHERE parked") == 0
-    # Nothing else can start: the worker waits for a slot's notification.
-    assert store.seconds_until_next_due(None) == (None, True)
+    # Nothing else can start: until the full keys' runs have gone on for a
+    # second, the worker waits for a slot's notification.
+    assert 0.5 < store.seconds_until_next_due(None)[0] <= 1
     assert store.claim_limited_jobs("c", 8, 30, None) == ([], False)
+    # Runs that have gone on that long hold their keys for a while: a claim
+    # is due, and sets those keys' rows aside, so that the claims after it
+    # read none of them; the worker then waits.
+    sql.rows("UPDATE job_queue SET started_at = started_at - interval '2 seconds'"
+             " WHERE state = 'running'")
+    assert store.seconds_until_next_due(None)[0] <= 0
+    assert store.claim_limited_jobs("c", 8, 30, None) == ([], True)
+    while store.claim_limited_jobs("c", 8, 30, None)[1]:
+        pass
+    assert sql.value("SELECT count(*) FROM job_queue WHERE parked") == 70
+    assert store.seconds_until_next_due(None) == (None, True)
 
 
 def test_parked_keys_a_worker_cannot_take_end_its_walk(sql, store):
@@ -328,6 +361,90 @@ def test_the_walk_visits_each_key_once_whatever_its_cursor(sql, store):
 
 
 # -- rate limits ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", ["not due yet", "paused", "not served"])
+def test_keys_with_nothing_to_take_do_not_keep_claims_coming(sql, store, case):
+    store.sync_limits({"a": PER_KEY})
+    sql.rows("INSERT INTO job_queue (kind, concurrency_key, queue, run_at)"
+             " SELECT 'a', 'k' || g, 'mail',"
+             " now() + CASE WHEN %s THEN interval '1 hour' ELSE interval '0' END"
+             " FROM generate_series(1, 300) g", (case == "not due yet",))
+    queues = ["default"] if case == "not served" else None
+    if case == "paused":
+        store.pause_queue("mail")
+    # 300 keys with room and nothing this worker may take: each claim walks
+    # some of them, and none says more is due (a worker would spin).
+    claims = [store.claim_limited_jobs("c", 10, 30, queues) for _ in range(5)]
+    assert claims == [([], False)] * 5
+
+
+def test_a_row_held_by_another_transaction_does_not_keep_claims_coming(
+        sql, store, database_url):
+    store.sync_limits({"a": PER_KEY})
+    (held,) = _insert(sql, "a", ["x"])
+    holder = psycopg2.connect(database_url)
+    try:
+        with holder.cursor() as cur:
+            cur.execute("SELECT FROM job_queue WHERE id = %s FOR UPDATE", (held,))
+            claims = [store.claim_limited_jobs("c", 10, 30, None) for _ in range(3)]
+    finally:
+        holder.close()
+    # Chosen, not locked, and not looked for again at once: the next wake-up
+    # (or the worker's backstop) does.
+    assert claims == [([], False)] * 3
+    assert [j.id for j in store.claim_limited_jobs("c", 10, 30, None)[0]] == [held]
+
+
+def test_a_key_with_room_behind_full_keys_passed_over_is_looked_for_at_once(sql, store):
+    store.sync_limits({"a": PER_KEY})
+    full = [f"k{n:02}" for n in range(70)]
+    _insert(sql, "a", full)
+    assert len(store.claim_limited_jobs("c", 70, 30, None)[0]) == 70
+    (first,) = _insert(sql, "a", ["y"])
+    _insert(sql, "a", full)
+    (behind,) = _insert(sql, "a", ["z"])
+    # The claim takes y from the head and passes over rows of full keys: it
+    # says more is due, and the next one walks past them to z.
+    jobs, more = store.claim_limited_jobs("c", 8, 30, None)
+    assert [j.id for j in jobs] == [first] and more
+    assert [j.id for j in store.claim_limited_jobs("c", 8, 30, None)[0]] == [behind]
+
+
+def _slow_paused_queues(sql, seconds):
+    """The claim reads job_queue_paused while it reads the lane, after its
+    snapshot and before it locks its rows: a view that sleeps there widens
+    that window, and nothing else of the claim changes."""
+    sql.rows("ALTER TABLE job_queue_paused RENAME TO job_queue_paused_rows")
+    sql.rows("CREATE VIEW job_queue_paused AS SELECT queue, paused_at FROM job_queue_paused_rows"
+             f" WHERE (SELECT count(*) FROM pg_sleep({seconds})) = 1")
+
+
+@pytest.mark.parametrize("change", ["key", "run_at"])
+def test_a_row_changed_between_the_claims_read_and_its_lock_is_left_alone(
+        sql, store, database_url, change):
+    store.sync_limits({"a": PER_KEY})
+    (running,) = _insert(sql, "a", ["full"])
+    assert [j.id for j in store.claim_limited_jobs("c", 1, 30, None)[0]] == [running]
+    (row,) = _insert(sql, "a", ["free"])
+    claimer = db.JobStore(database_url)
+    claimer.claim_limited_jobs("d", 4, 30, ["elsewhere"])  # connected and prepared
+    _slow_paused_queues(sql, 0.3)
+    claimed = {}
+    claiming = threading.Thread(target=lambda: claimed.update(
+        jobs=claimer.claim_limited_jobs("d", 4, 30, None)[0]))
+    claiming.start()
+    time.sleep(0.15)  # the claim has read the row, and not locked it yet
+    if change == "key":
+        # Its key is now one that has no room.
+        sql.rows("UPDATE job_queue SET concurrency_key = 'full' WHERE id = %s", (row,))
+    else:
+        sql.rows("UPDATE job_queue SET run_at = now() + interval '1 hour' WHERE id = %s", (row,))
+    assert claiming.is_alive()
+    claiming.join()
+    claimer.close()
+    assert claimed["jobs"] == []
+    assert sql.value("SELECT count(*) FROM job_queue WHERE state = 'running'") == 1
 
 
 def test_a_rate_limited_kind_starts_at_most_n_per_window_and_says_when_the_next_comes(sql, store):
@@ -518,8 +635,10 @@ RATE_JOBS = 40
 #: of it runs already.
 NO_KEY_CHECK = db.QUERIES["claim_limited_jobs"].replace(
     "WHERE key_room IS NULL OR key_place <= key_room", "WHERE key_place <= 1").replace(
-    "per_key - (SELECT count(*)", "per_key + 0 * (SELECT count(*)")
-assert NO_KEY_CHECK.count("per_key + 0 * (SELECT count(*)") == 2
+    "per_key - (SELECT count(*)", "per_key + 0 * (SELECT count(*)").replace(
+    "per_key - running.count", "per_key + 0 * running.count")
+assert NO_KEY_CHECK.count("per_key + 0 * (SELECT count(*)") == 1
+assert NO_KEY_CHECK.count("per_key + 0 * running.count") == 1
 
 
 #: A naive hand-on: the successes written, then each key's next job taken in

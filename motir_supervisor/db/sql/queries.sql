@@ -185,7 +185,17 @@ SELECT extract(epoch FROM least(
                                OR q.queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))))
             FROM priorities AS p
             WHERE p.priority IS NOT NULL),
-           (SELECT min((SELECT greatest(min(first.run_at) FILTER (WHERE first.room),
+           (SELECT min((SELECT greatest(CASE WHEN bool_or(first.room)
+                                                   THEN min(first.run_at) FILTER (WHERE first.room)
+                                                   -- Due rows of full keys and no more: a
+                                                   -- claim parks those whose runs have
+                                                   -- settled, and walks past the others
+                                                   -- to any key with room behind them
+                                                   -- (see claim_limited_jobs).
+                                                   WHEN count(*) FILTER (
+                                                            WHERE first.run_at <= now()) = 64
+                                                   THEN greatest(min(first.settles_at), now())
+                                                   END,
                                               lanes.allowed_at)
                         FROM (SELECT q.run_at,
                                      lanes.per_key IS NULL OR q.concurrency_key IS NULL
@@ -194,7 +204,12 @@ SELECT extract(epoch FROM least(
                                                            AND r.concurrency_key IS NOT NULL
                                                            AND r.kind = lanes.kind
                                                            AND r.concurrency_key = q.concurrency_key)
-                                         AS room
+                                         AS room,
+                                     (SELECT max(r.started_at) FROM job_queue AS r
+                                      WHERE r.state = 'running' AND r.concurrency_key IS NOT NULL
+                                        AND r.kind = lanes.kind
+                                        AND r.concurrency_key = q.concurrency_key)
+                                     + interval '1 second' AS settles_at
                               FROM job_queue AS q
                               WHERE q.state = 'pending' AND q.limited AND NOT q.parked
                                 AND q.kind = lanes.kind AND q.priority = lanes.priority
@@ -203,7 +218,8 @@ SELECT extract(epoch FROM least(
                                      OR q.queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
                               ORDER BY q.run_at, q.id
                               LIMIT 64) AS first
-                        HAVING bool_or(first.room)))
+                        HAVING bool_or(first.room) OR count(*) FILTER (
+                                   WHERE first.run_at <= now()) = 64))
             FROM lanes
             WHERE lanes.priority IS NOT NULL),
            -- Parked rows of a kind out of allowance: when it comes back (a
@@ -303,16 +319,18 @@ SELECT pg_advisory_xact_lock(hashtext('motir_supervisor.limited_claims'));
 --   keys (job_queue_parked), and, when the head showed the kind nothing to
 --   take, the lane's keys too (job_queue_key_lane), a few hundred of them:
 --   a key with room behind rows of full keys is reached without reading
---   those rows again, and without setting them aside, since the full keys'
---   next runs take them (a key's slot handed on takes its next row from the
---   lane or the parked rows). A full key it passes costs a few probes.
--- A key with many rows beyond its room in the head, a deep backlog that
--- every claim would read again, is parked (see clogged) with all its rows.
--- A key's slot that frees brings its first parked row back to the lane
--- (migrations/0008).
+--   those rows again. A full key it passes costs a few probes, a key with
+--   room no more than its first rows.
+-- Parked with all its rows (see clogged): a key with many rows beyond its
+-- room in the head, a deep backlog that every claim would read again; and
+-- when the head showed nothing to take, the full keys passed over whose
+-- runs have all gone on for a second. A key's slot that frees brings its
+-- first parked row back to the lane (migrations/0008).
 -- The rows then go by priority, run_at and id, up to the limit.
 -- more_due: more could run than this claim took, or it parked rows or cut
--- its walk of the keys short; it comes back even when nothing was claimed.
+-- its walk of the keys short, or it took rows and passed over full keys in
+-- a head whose lane's keys it did not walk; it comes back even when
+-- nothing was claimed.
 WITH RECURSIVE clock AS MATERIALIZED (
     SELECT clock_timestamp() AS now
 ), kinds AS MATERIALIZED (
@@ -347,16 +365,14 @@ WITH RECURSIVE clock AS MATERIALIZED (
     -- to what the kind may take and one more (more_due), twice that for a
     -- kind limited per key, whose rows of full keys are passed over. Read
     -- without locks: see locked. key_room: NULL where no per-key limit
-    -- applies (no limit, or no key).
+    -- applies (no limit, or no key). settled: the key's runs all started
+    -- a second ago or more (see clogged).
     SELECT due.id, lanes.kind, due.concurrency_key AS key, due.priority, due.run_at,
            CASE WHEN lanes.per_key IS NOT NULL AND due.concurrency_key IS NOT NULL THEN
-               lanes.per_key - (SELECT count(*)
-                                FROM (SELECT FROM job_queue AS r
-                                      WHERE r.state = 'running' AND r.concurrency_key IS NOT NULL
-                                        AND r.kind = lanes.kind
-                                        AND r.concurrency_key = due.concurrency_key
-                                      LIMIT lanes.per_key) AS running)
-           END AS key_room
+               lanes.per_key - running.count
+           END AS key_room,
+           running.latest IS NULL
+               OR running.latest <= (SELECT now FROM clock) - interval '1 second' AS settled
     FROM lanes
     CROSS JOIN LATERAL (
         SELECT id, concurrency_key, priority, run_at
@@ -373,6 +389,14 @@ WITH RECURSIVE clock AS MATERIALIZED (
         ORDER BY run_at, id
         LIMIT least(lanes.slots, %(limit)s) * CASE WHEN lanes.per_key IS NULL THEN 1 ELSE 2 END + 1
     ) AS due
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS count, max(r.started_at) AS latest
+        FROM (SELECT started_at FROM job_queue AS r
+              WHERE lanes.per_key IS NOT NULL
+                AND r.state = 'running' AND r.concurrency_key IS NOT NULL
+                AND r.kind = lanes.kind AND r.concurrency_key = due.concurrency_key
+              LIMIT lanes.per_key) AS r
+    ) AS running
     WHERE lanes.priority IS NOT NULL
 ), walk AS (
     -- One row per key looked at: from the key after the kind's key_cursor
@@ -389,7 +413,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
     -- there is none.
     SELECT k.kind, k.per_key, k.slots, k.key_cursor AS start,
            coalesce(k.key_cursor, '') AS key, false AS wrapped, 0::bigint AS room,
-           0 AS found, 0 AS passed, 0 AS visits, lane_too.lane_too,
+           false AS took, 0 AS found, 0 AS passed, 0 AS visits, lane_too.lane_too,
            least(k.slots, %(limit)s) + CASE WHEN lane_too.lane_too THEN 256 ELSE 32 END AS budget
     FROM kinds AS k
     CROSS JOIN LATERAL (
@@ -400,8 +424,8 @@ WITH RECURSIVE clock AS MATERIALIZED (
     WHERE k.slots > 0 AND k.per_key IS NOT NULL
     UNION ALL
     SELECT w.kind, w.per_key, w.slots, w.start, step.key, step.wrapped, room.room,
-           w.found + (room.room > 0 AND room.takeable)::integer,
-           w.passed + (room.room > 0 AND NOT room.takeable)::integer, w.visits + 1,
+           take.takeable, w.found + take.takeable::integer,
+           w.passed + (room.room > 0 AND NOT take.takeable)::integer, w.visits + 1,
            w.lane_too, w.budget
     FROM walk AS w
     CROSS JOIN LATERAL (
@@ -444,40 +468,52 @@ WITH RECURSIVE clock AS MATERIALIZED (
                             FROM (SELECT FROM job_queue AS r
                                   WHERE r.state = 'running' AND r.concurrency_key IS NOT NULL
                                     AND r.kind = w.kind AND r.concurrency_key = step.key
-                                  LIMIT w.per_key) AS running) AS room,
-               -- The first takeable row in the key's order, as each index
-               -- holds it.
-               step.key IS NOT NULL AND ((
-                   SELECT 1 FROM job_queue AS q
-                   WHERE q.state = 'pending' AND q.parked
-                     AND q.kind = w.kind AND q.concurrency_key = step.key
-                     AND q.run_at <= now()
-                     AND (%(queues)s::text[] IS NULL OR q.queue = ANY(%(queues)s::text[]))
-                     AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
-                          OR q.queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
-                   ORDER BY q.priority, q.run_at, q.id
-                   LIMIT 1) IS NOT NULL OR w.lane_too AND (
-                   SELECT 1 FROM job_queue AS q
-                   WHERE q.state = 'pending' AND q.limited AND NOT q.parked
-                     AND q.concurrency_key IS NOT NULL
-                     AND q.kind = w.kind AND q.concurrency_key = step.key
-                     AND q.run_at <= now()
-                     AND (%(queues)s::text[] IS NULL OR q.queue = ANY(%(queues)s::text[]))
-                     AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
-                          OR q.queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
-                   ORDER BY q.priority, q.run_at, q.id
-                   LIMIT 1) IS NOT NULL) AS takeable
+                                  LIMIT w.per_key) AS running) AS room
     ) AS room
+    CROSS JOIN LATERAL (
+        -- A key with room: whether a row this claim may take is among its
+        -- first rows in its order, in each index. Its first rows only: a
+        -- key whose backlog is not due yet, or in a queue paused or not
+        -- served, would otherwise be read through on every visit.
+        SELECT room.room > 0 AND step.key IS NOT NULL AND (
+                   EXISTS (SELECT
+                           FROM (SELECT q.run_at, q.queue FROM job_queue AS q
+                                 WHERE q.state = 'pending' AND q.parked
+                                   AND q.kind = w.kind AND q.concurrency_key = step.key
+                                 ORDER BY q.priority, q.run_at, q.id
+                                 LIMIT 16) AS first
+                           WHERE first.run_at <= now()
+                             AND (%(queues)s::text[] IS NULL
+                                  OR first.queue = ANY(%(queues)s::text[]))
+                             AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
+                                  OR first.queue <> ALL (ARRAY(SELECT queue
+                                                               FROM job_queue_paused))))
+                   OR w.lane_too AND EXISTS (
+                           SELECT
+                           FROM (SELECT q.run_at, q.queue FROM job_queue AS q
+                                 WHERE q.state = 'pending' AND q.limited AND NOT q.parked
+                                   AND q.concurrency_key IS NOT NULL
+                                   AND q.kind = w.kind AND q.concurrency_key = step.key
+                                 ORDER BY q.priority, q.run_at, q.id
+                                 LIMIT 16) AS first
+                           WHERE first.run_at <= now()
+                             AND (%(queues)s::text[] IS NULL
+                                  OR first.queue = ANY(%(queues)s::text[]))
+                             AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
+                                  OR first.queue <> ALL (ARRAY(SELECT queue
+                                                               FROM job_queue_paused)))))
+                   AS takeable
+    ) AS take
     WHERE w.key IS NOT NULL
       AND w.found < least(w.slots, %(limit)s)
       AND w.visits < w.budget
 ), candidates AS (
-    SELECT h.id, h.kind, h.key, h.priority, h.run_at, false AS was_parked, h.key_room
+    SELECT h.id, h.kind, h.key, h.priority, h.run_at, false AS was_parked, h.key_room, h.settled
     FROM head AS h
     UNION ALL
     -- A key the walk found: its rows in due order, as many as its room,
     -- from the parked rows and, past a head of full keys, from the lane.
-    SELECT due.id, w.kind, w.key, due.priority, due.run_at, true, w.room
+    SELECT due.id, w.kind, w.key, due.priority, due.run_at, true, w.room, false
     FROM walk AS w
     CROSS JOIN LATERAL (
         SELECT id, priority, run_at
@@ -493,9 +529,9 @@ WITH RECURSIVE clock AS MATERIALIZED (
         ORDER BY priority, run_at, id
         LIMIT w.room
     ) AS due
-    WHERE w.key IS NOT NULL AND w.room > 0
+    WHERE w.took
     UNION ALL
-    SELECT due.id, w.kind, w.key, due.priority, due.run_at, false, w.room
+    SELECT due.id, w.kind, w.key, due.priority, due.run_at, false, w.room, false
     FROM walk AS w
     CROSS JOIN LATERAL (
         SELECT id, priority, run_at
@@ -513,42 +549,50 @@ WITH RECURSIVE clock AS MATERIALIZED (
         ORDER BY priority, run_at, id
         LIMIT w.room
     ) AS due
-    WHERE w.key IS NOT NULL AND w.room > 0 AND w.lane_too
+    WHERE w.took AND w.lane_too
 ), ranked AS MATERIALIZED (
     -- Each key's rows numbered together, whichever way they were found:
     -- the walk's rows of a key are never the head's (the walk takes the
     -- lane's rows only when the head's keys are all full).
     SELECT c.id, c.kind, c.key, c.priority, c.run_at, c.was_parked, k.slots, k.strict,
-           c.key_room,
+           c.key_room, c.settled,
            row_number() OVER (PARTITION BY c.kind, c.key
                               ORDER BY c.priority, c.run_at, c.id) AS key_place
     FROM candidates AS c
     JOIN kinds AS k ON k.kind = c.kind
 ), eligible AS (
-    SELECT id, priority, run_at, strict
-    FROM (SELECT id, priority, run_at, strict, slots,
+    SELECT id, kind, key, priority, run_at, strict
+    FROM (SELECT id, kind, key, priority, run_at, strict, slots,
                  row_number() OVER (PARTITION BY kind ORDER BY priority, run_at, id) AS place
           FROM ranked
           WHERE key_room IS NULL OR key_place <= key_room) AS by_kind
     WHERE place <= slots
 ), chosen AS MATERIALIZED (
     -- The worker's free slots are shared by the strict kinds' rows.
-    SELECT id
-    FROM (SELECT id, priority, run_at, strict,
+    SELECT id, kind, key
+    FROM (SELECT id, kind, key, priority, run_at, strict,
                  row_number() OVER (PARTITION BY strict ORDER BY priority, run_at, id) AS place
           FROM eligible) AS e
     WHERE NOT strict OR place <= %(free)s
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
 ), locked AS MATERIALIZED (
-    -- The rows were read without locks, and only the ones taken are locked
-    -- (each still pending once locked; one another statement holds is left
-    -- for the next claim). So the claim never holds the rows of full keys
-    -- it read past, which the hand-on of those keys' runs takes next.
+    -- The rows were read without locks, and only the ones taken are locked,
+    -- so that the claim never holds the rows of full keys it read past,
+    -- which those keys' hand-ons take next. Once locked, a row is checked
+    -- again as the read chose it (its latest version: still pending, due,
+    -- of a queue served and not paused, of the same kind and key, whose
+    -- room the claim counted); one that changed, or that another statement
+    -- holds, is left for the next claim.
     SELECT c.id
     FROM chosen AS c
     JOIN LATERAL (SELECT FROM job_queue AS q
-                  WHERE q.id = c.id AND q.state = 'pending'
+                  WHERE q.id = c.id AND q.state = 'pending' AND q.limited
+                    AND q.kind = c.kind AND q.concurrency_key IS NOT DISTINCT FROM c.key
+                    AND q.run_at <= now()
+                    AND (%(queues)s::text[] IS NULL OR q.queue = ANY(%(queues)s::text[]))
+                    AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
+                         OR q.queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
                   FOR UPDATE SKIP LOCKED) AS still ON true
 ), clogged AS (
     -- Keys without room with many rows in what the lane showed this claim:
@@ -562,6 +606,20 @@ WITH RECURSIVE clock AS MATERIALIZED (
       -- crowded out by others) stays in the lane, where it is found.
       AND r.key_room <= (SELECT count(*) FROM chosen AS c JOIN ranked AS o ON o.id = c.id
                          WHERE o.kind = r.kind AND o.key = r.key)
+    UNION
+    -- A claim that found nothing to take in the head parks the full keys
+    -- it passed over whose runs have all gone on for a second (`settled`),
+    -- each with all its rows: the claims after it read past them. A key
+    -- whose run started since is left in the lane: its runs follow each
+    -- other (a key's slot handed on takes its next row from the lane), and
+    -- setting its rows aside would cost a write per row for nothing; the
+    -- walk of the lane's keys reaches any key with room behind it.
+    SELECT r.kind, r.key
+    FROM ranked AS r
+    WHERE NOT r.was_parked AND r.key_place > r.key_room AND r.settled
+      AND NOT EXISTS (SELECT FROM ranked AS o
+                      WHERE NOT o.was_parked
+                        AND (o.key_room IS NULL OR o.key_place <= o.key_room))
 ), parked_now AS (
     UPDATE job_queue
     SET parked = true
@@ -611,17 +669,32 @@ WITH RECURSIVE clock AS MATERIALIZED (
     FROM (SELECT DISTINCT ON (kind) kind, key FROM walk ORDER BY kind, visits DESC) AS last
     WHERE l.kind = last.kind AND l.key_cursor IS DISTINCT FROM last.key
 ), more AS (
-    SELECT (SELECT count(*) FROM eligible) > (SELECT count(*) FROM locked)
+    -- Rows chosen, not those locked: a row another statement holds is not
+    -- looked for again at once.
+    SELECT (SELECT count(*) FROM eligible) > (SELECT count(*) FROM chosen)
            OR EXISTS (SELECT FROM parked_now)
            -- A walk that stopped before it had been round every key, with
-           -- keys found, or passed with room: more such keys may follow. One
-           -- that met only full keys goes on at the next wake-up: a full
-           -- key's slot that frees brings its first row back to the lane
-           -- (migrations/0008) and wakes the workers.
+           -- keys found, or (among the parked rows) passed with room: more
+           -- such keys may follow. One that met only full keys goes on at
+           -- the next wake-up: a full key's slot that frees brings its
+           -- first row back to the lane (migrations/0008) and wakes the
+           -- workers, and the idle wait comes back for rows of full keys at
+           -- the head of a lane (see seconds_until_next_due). Keys of the
+           -- lane with room and nothing to take (not due yet, of a queue
+           -- paused or not served) say nothing of the keys after them.
            OR EXISTS (SELECT FROM walk AS w
-                      WHERE w.key IS NOT NULL AND (w.found > 0 OR w.passed > 0)
+                      WHERE w.key IS NOT NULL AND (w.found > 0 OR w.passed > 0 AND NOT w.lane_too)
                         AND NOT EXISTS (SELECT FROM walk AS later
                                         WHERE later.kind = w.kind AND later.visits > w.visits))
+           -- Rows taken, and rows of full keys passed over in a head that
+           -- also had rows to take, so that its lane's keys were not walked:
+           -- a key with room may wait behind them.
+           OR EXISTS (SELECT FROM locked)
+              AND EXISTS (SELECT FROM head AS f
+                          WHERE f.key_room <= 0
+                            AND EXISTS (SELECT FROM head AS t
+                                        WHERE t.kind = f.kind
+                                          AND (t.key_room IS NULL OR t.key_room > 0)))
            AS more_due
 )
 SELECT c.id, c.queue, c.kind, c.payload, c.attempts, c.max_attempts, c.checkpoint, c.priority,
@@ -715,8 +788,9 @@ SET LOCAL plan_cache_mode = force_generic_plan;
 -- the second, never both and never neither: the key's running rows, and
 -- the kind's, count the same before and after. A limited claim counting
 -- them (see claim_limited_jobs) sees as many as there will be. The next
--- row is locked as any claim locks it (FOR UPDATE SKIP LOCKED, its state
--- checked again once locked), so no two statements take it. And a key
+-- row is locked as any claim locks it (FOR UPDATE SKIP LOCKED, its state,
+-- kind and key checked again once locked), so no two statements take it,
+-- nor one that another key's now. And a key
 -- hands on only the room its other running rows leave it, as this
 -- statement's snapshot counts them: those can only be replaced one for
 -- one, or end, meanwhile, so a lowered limit is reached as its runs end.
@@ -794,10 +868,18 @@ WITH handing AS MATERIALIZED (
     ORDER BY priority, run_at, id
     LIMIT %(room)s
 ), locked AS MATERIALIZED (
+    -- Checked again once locked, as the read chose it (its latest version:
+    -- still pending, due, of a queue served and not paused, of the same
+    -- kind and key, whose room was counted).
     SELECT c.id, c.kind, c.key
     FROM chosen AS c
     JOIN LATERAL (SELECT FROM job_queue AS q
-                  WHERE q.id = c.id AND q.state = 'pending'
+                  WHERE q.id = c.id AND q.state = 'pending' AND q.limited
+                    AND q.kind = c.kind AND q.concurrency_key = c.key
+                    AND q.run_at <= now()
+                    AND (%(queues)s::text[] IS NULL OR q.queue = ANY(%(queues)s::text[]))
+                    AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
+                         OR q.queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
                   FOR UPDATE SKIP LOCKED) AS still ON true
 ), handed_on AS (
     -- As many ended runs of each key as it has next jobs: the ended runs
