@@ -84,6 +84,9 @@ class Run:
     output_json: str | None = None
     #: Its hooks, entered as it started; None with no hook registered.
     opened: hooks.Opened | None = None
+    #: The hooks whose on_run_end the main thread tells, having timed the
+    #: run out after they were entered (see Executor.time_out).
+    told_at_timeout: hooks.Opened | None = None
     #: Its success committed in its handler's j.transaction(): nothing is
     #: left to write, whatever the handler did after.
     completed: bool = False

@@ -226,7 +226,11 @@ class Executor:
                 return False
             run.timed_out = True
             if run.opened is not None:
-                run.opened.told = True  # by tell_timed_out, not by the thread, if it returns
+                # Told by tell_timed_out, not by the thread, if it returns.
+                # The hooks this marked, not run.opened read again later: a
+                # thread that enters its hooks after this tells them itself.
+                run.opened.told = True
+                run.told_at_timeout = run.opened
             self.ledger.mark(run.entry, ledger.TIMED_OUT)
             return True
 
@@ -236,13 +240,14 @@ class Executor:
         thread of their own, so that a slow hook never holds up the main
         thread (and its lease renewals); the worker waits for it as for a
         run before it exits."""
-        if run.opened is None:
+        opened = run.told_at_timeout
+        if opened is None:
             return
         job, error = run.claimed, _timeout_error(run)
         decision = outcomes.decide(error, job.attempt, False, self.retry_base, self.retry_cap)
         ended = hooks.RunEnd(outcomes.ending(decision, job.attempt, job.max_attempts), error,
                              None, time.monotonic() - (run.started or 0.0), True)
-        thread = threading.Thread(target=hooks.tell_end, args=(run.opened, ended),
+        thread = threading.Thread(target=hooks.tell_end, args=(opened, ended),
                                   name="hooks", daemon=True)
         self._telling = [t for t in self._telling if t.is_alive()] + [thread]
         thread.start()
