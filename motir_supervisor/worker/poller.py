@@ -31,6 +31,8 @@ log = logging.getLogger("motir_supervisor.worker")
 
 #: Without LISTEN (--no-listen), empty polls back off from this to --poll-seconds.
 FIRST_POLL_SECONDS = 0.05
+#: The longest wait for a job said to be due that claims keep not taking.
+DUE_BACKOFF_MAX_SECONDS = 1.0
 
 
 class Poller:
@@ -54,6 +56,8 @@ class Poller:
         #: When an idle worker looks again without being woken.
         self._idle_until = 0.0
         self._poll_backoff = 0.0
+        #: Empty claims in a row after which the database said a job was due.
+        self._due_misses = 0
         self._next_listener_try = 0.0
         #: The pipe that wakes the main thread: handler threads write to it
         #: (wake), and so does the signal machinery (the worker passes its
@@ -88,13 +92,29 @@ class Poller:
             return self._poll_backoff
         return self.config.poll_seconds
 
+    def until_due(self, seconds: float) -> float:
+        """How long to wait for a job the database says is due in
+        ``seconds`` (now or past when <= 0), asked after an empty claim.
+        Due now although the claim just took nothing means a row it could
+        not take (another transaction holds it, say): the first such answer
+        is looked at again at once (a job may have fallen due between the
+        two), the next ones after a wait that doubles up to
+        DUE_BACKOFF_MAX_SECONDS, so that such a row cannot spin the worker."""
+        if seconds > 0:
+            return seconds
+        self._due_misses += 1
+        if self._due_misses == 1:
+            return 0.0
+        return min(FIRST_POLL_SECONDS * 2 ** (self._due_misses - 2), DUE_BACKOFF_MAX_SECONDS)
+
     def idle_until(self, at: float) -> None:
         """Look again at ``at`` (time.monotonic()) if nothing wakes this worker."""
         self._idle_until = at
 
     def claimed(self) -> None:
-        """A claim found jobs: the poll's back-off starts over."""
+        """A claim found jobs: the poll's back-offs start over."""
         self._poll_backoff = 0.0
+        self._due_misses = 0
 
     def look_for_listener_token(self, now: float) -> None:
         """Take the listener's token if it is free, busy or not, at most once a

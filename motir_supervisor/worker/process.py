@@ -329,7 +329,7 @@ class Worker:
         until_due, self.producer.limits_exist = self.store.seconds_until_next_due(
             self.producer.queues)
         if until_due is not None:
-            wait = min(wait, max(until_due, 0.0))
+            wait = min(wait, self.poller.until_due(until_due))
         self.poller.idle_until(now + wait)
 
     def _wait(self) -> None:

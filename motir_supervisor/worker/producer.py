@@ -128,13 +128,20 @@ class Producer:
                 if more_due and claimed:
                     poller.kick()
                 if claimed:
-                    continue
-                # Nothing claimed for free slots, so it parked rows or
-                # stopped its walk of the keys short: it goes on once the
-                # worker has written what ended meanwhile, after the regular
-                # claim. (With none free, more_due is the jobs waiting for a
-                # free slot.)
-                limited_goes_on = more_due and self.executor.free_slots() > 0
+                    poller.claimed()
+                    # The regular claim takes its turn before the next
+                    # limited one: a backlog of limited jobs never holds
+                    # the other jobs back.
+                    if (room := self._room_to_claim(stopping())) <= 0:
+                        continue
+                    limited_goes_on = more_due
+                else:
+                    # Nothing claimed for free slots, so it parked rows or
+                    # stopped its walk of the keys short: it goes on once
+                    # the worker has written what ended meanwhile, after the
+                    # regular claim. (With none free, more_due is the jobs
+                    # waiting for a free slot.)
+                    limited_goes_on = more_due and self.executor.free_slots() > 0
             claimed, more_due = self.claim(room)
             if more_due:
                 poller.kick()

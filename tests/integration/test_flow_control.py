@@ -411,6 +411,28 @@ def test_a_key_with_room_behind_full_keys_passed_over_is_looked_for_at_once(sql,
     assert [j.id for j in store.claim_limited_jobs("c", 8, 30, None)[0]] == [behind]
 
 
+def test_a_walk_past_the_lane_goes_on_past_parked_keys_it_cannot_take(sql, store):
+    store.sync_limits({"a": PER_KEY})
+    full = [f"k{n}" for n in range(5)]
+    _insert(sql, "a", full)
+    assert len(store.claim_limited_jobs("c", 5, 30, None)[0]) == 5
+    _insert(sql, "a", full)  # a head of full keys: the walk takes the lane's keys
+    # Parked keys with room whose rows wait in a paused queue, and behind
+    # them one whose row may run.
+    sql.rows("INSERT INTO job_queue (kind, concurrency_key, queue)"
+             " SELECT 'a', 'p' || lpad(g::text, 3, '0'), 'paused'"
+             " FROM generate_series(1, 300) g")
+    (last,) = _insert(sql, "a", ["zz"])
+    sql.rows("UPDATE job_queue SET parked = true WHERE queue = 'paused' OR id = %s", (last,))
+    store.pause_queue("paused")
+    claims = []
+    while not claims or (claims[-1][1] and len(claims) < 5):
+        jobs, more = store.claim_limited_jobs("c", 4, 30, None)
+        claims.append(([j.id for j in jobs], more))
+    # The first walk stopped among the paused keys and said more was due.
+    assert [last] in [ids for ids, _ in claims], claims
+
+
 def _slow_paused_queues(sql, seconds):
     """The claim reads job_queue_paused while it reads the lane, after its
     snapshot and before it locks its rows: a view that sleeps there widens

@@ -4,6 +4,7 @@ however it arrives, the limited claim and its index, a freed slot's
 wake-up, and forked claimants racing limited claims, with a negative
 control for each way of getting the lock wrong."""
 
+import threading
 
 import psycopg2
 import pytest
@@ -197,3 +198,46 @@ def test_negative_control_a_limited_claim_without_its_lock_first_overshoots(
         if _race_limited_claims(executions, database_url, variant) > THROTTLED_MAX_RUNNING:
             return
     pytest.fail(f"five races with {variant} and no overshoot: the race cannot catch one")
+
+
+@pytest.mark.parametrize("locked", [True, False])
+def test_two_claims_that_see_different_lanes_need_the_lock(sql, database_url, locked):
+    # The claim locks only the rows it takes, so two claims at once that see
+    # the same lane meet on the same rows. A row that comes in ahead between
+    # their snapshots sends them to different rows: only the lock, taken
+    # before the snapshot, keeps the second from counting the first's slot
+    # as free. Without it (the negative control) the kind runs two at once.
+    store = db.JobStore(database_url)
+    store.sync_limits({"a": db.Limits(max_running=1)})
+    store.close()
+    first_row = sql.value("INSERT INTO job_queue (kind) VALUES ('a') RETURNING id")
+    params = {"claimant": "c", "limit": 1, "free": 1, "lease_seconds": 30, "queues": None}
+    before = db.QUERIES["lock_limited_claims"] if locked else db.QUERIES["read_committed"]
+    claim = before + db.QUERIES["claim_limited_jobs"]
+    first, second = psycopg2.connect(database_url), psycopg2.connect(database_url)
+    try:
+        with first.cursor() as cur:
+            cur.execute(claim, params)  # taken, not committed yet
+            assert [row[0] for row in cur.fetchall()] == [first_row]
+        ahead = sql.value("INSERT INTO job_queue (kind, priority) VALUES ('a', -1) RETURNING id")
+        taken: list = []
+        claiming = threading.Thread(target=lambda: taken.extend(_claim_on(second, claim, params)))
+        claiming.start()
+        claiming.join(0.5)
+        first.commit()
+        claiming.join()
+        second.commit()
+    finally:
+        first.close()
+        second.close()
+    running = sql.value("SELECT count(*) FROM job_queue WHERE state = 'running'")
+    if locked:
+        assert taken == [] and running == 1
+    else:
+        assert taken == [ahead] and running == 2
+
+
+def _claim_on(conn, claim, params):
+    with conn.cursor() as cur:
+        cur.execute(claim, params)
+        return [row[0] for row in cur.fetchall() if row[0] is not None]

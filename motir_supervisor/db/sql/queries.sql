@@ -425,8 +425,15 @@ WITH RECURSIVE clock AS MATERIALIZED (
     UNION ALL
     SELECT w.kind, w.per_key, w.slots, w.start, step.key, step.wrapped, room.room,
            take.takeable, w.found + take.takeable::integer,
-           w.passed + (room.room > 0 AND NOT take.takeable)::integer, w.visits + 1,
-           w.lane_too, w.budget
+           -- Passed: a key with room and nothing this claim may take among
+           -- its parked rows (of a queue paused or not served, say); keys
+           -- of the lane alone are not counted (see more).
+           w.passed + (room.room > 0 AND NOT take.takeable AND (
+               NOT w.lane_too OR EXISTS (SELECT FROM job_queue AS p
+                                         WHERE p.state = 'pending' AND p.parked
+                                           AND p.kind = w.kind
+                                           AND p.concurrency_key = step.key)))::integer,
+           w.visits + 1, w.lane_too, w.budget
     FROM walk AS w
     CROSS JOIN LATERAL (
         -- On the second lap, no further than where the walk began: a range
@@ -674,16 +681,17 @@ WITH RECURSIVE clock AS MATERIALIZED (
     SELECT (SELECT count(*) FROM eligible) > (SELECT count(*) FROM chosen)
            OR EXISTS (SELECT FROM parked_now)
            -- A walk that stopped before it had been round every key, with
-           -- keys found, or (among the parked rows) passed with room: more
-           -- such keys may follow. One that met only full keys goes on at
-           -- the next wake-up: a full key's slot that frees brings its
-           -- first row back to the lane (migrations/0008) and wakes the
-           -- workers, and the idle wait comes back for rows of full keys at
-           -- the head of a lane (see seconds_until_next_due). Keys of the
-           -- lane with room and nothing to take (not due yet, of a queue
-           -- paused or not served) say nothing of the keys after them.
+           -- keys found, or parked keys passed with room: more such keys
+           -- may follow. One that met only full keys goes on at the next
+           -- wake-up: a full key's slot that frees brings its first row
+           -- back to the lane (migrations/0008) and wakes the workers, and
+           -- the idle wait comes back for rows of full keys at the head of a
+           -- lane (see seconds_until_next_due). Keys of the lane alone with
+           -- room and nothing to take (not due yet, of a queue paused or not
+           -- served) are not counted: a walk past hundreds of them would
+           -- say more is due at every claim.
            OR EXISTS (SELECT FROM walk AS w
-                      WHERE w.key IS NOT NULL AND (w.found > 0 OR w.passed > 0 AND NOT w.lane_too)
+                      WHERE w.key IS NOT NULL AND (w.found > 0 OR w.passed > 0)
                         AND NOT EXISTS (SELECT FROM walk AS later
                                         WHERE later.kind = w.kind AND later.visits > w.visits))
            -- Rows taken, and rows of full keys passed over in a head that

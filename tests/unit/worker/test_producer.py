@@ -1,12 +1,14 @@
-"""worker.producer: a limited claim that comes back empty saying more is
-due is followed by the regular claim, and is tried again at once only a
-few times in a row; then it waits for a wake-up or the backstop, so that
-a row another transaction holds cannot spin the worker."""
+"""worker.producer and worker.poller: a limited claim is followed by the
+regular claim; one that comes back empty saying more is due is tried again
+at once only a few times in a row, and a job said due that claims keep not
+taking is looked for less and less often, so that a row another
+transaction holds cannot spin the worker."""
 
 import types
 
 from motir_supervisor.config import Config
 from motir_supervisor.ipc import ledger
+from motir_supervisor.worker import poller as polling
 from motir_supervisor.worker import producer as producing
 from motir_supervisor.worker.batching import RoundTrips
 from motir_supervisor.worker.producer import Producer
@@ -88,3 +90,45 @@ def test_an_empty_limited_claim_saying_more_is_due_gives_way_then_waits():
     producer.poller.may_have_work = True
     assert producer.claim_while_room(lambda: False) is True
     assert store.limited_claims == producing.EMPTY_LIMITED_CLAIMS + 2
+
+
+class BusyLimitedStore(Store):
+    """Limited claims that each take a job and find more due, five times;
+    then nothing."""
+
+    def claim_limited_jobs(self, claimant, limit, lease_seconds, queues, free):
+        self.limited_claims += 1
+        if self.limited_claims > 5:
+            return [], False
+        return [types.SimpleNamespace(id=self.limited_claims, priority=0)], True
+
+
+def test_the_regular_claim_takes_its_turn_after_each_limited_claim_that_took_jobs():
+    store = BusyLimitedStore()
+    producer = _producer(store)
+    producer._take = lambda jobs, claim: None  # what was taken runs elsewhere
+    assert producer.claim_while_room(lambda: False) is False
+    # One limited claim, then the regular one, before the next limited one:
+    # a backlog of limited jobs does not hold the other jobs back.
+    assert (store.limited_claims, store.regular_claims) == (1, 1)
+    assert producer.poller.limited_may_have_work
+
+
+def _poller():
+    config = Config(database_url="postgresql:///unused")
+    return polling.Poller(config, 0, store=None, executor=None, title=None, token=None,
+                          kicks=None)
+
+
+def test_a_job_said_due_that_claims_keep_not_taking_is_looked_for_less_and_less_often():
+    poller = _poller()
+    assert poller.until_due(0.3) == 0.3
+    # Due now right after an empty claim: once at once (a job may have
+    # fallen due between the two), then after waits that double.
+    waits = [poller.until_due(-0.01) for _ in range(8)]
+    assert waits[0] == 0.0
+    assert waits[1:] == sorted(waits[1:]) and waits[1] > 0
+    assert waits[-1] == polling.DUE_BACKOFF_MAX_SECONDS
+    # A claim that found jobs starts it over.
+    poller.claimed()
+    assert poller.until_due(-0.01) == 0.0
