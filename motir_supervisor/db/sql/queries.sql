@@ -191,7 +191,8 @@ SELECT extract(epoch FROM least(
                                                    -- claim parks those whose runs have
                                                    -- settled, and walks past the others
                                                    -- to any key with room behind them
-                                                   -- (see claim_limited_jobs).
+                                                   -- (see claim_limited_jobs): the second
+                                                   -- here is its `settled` one.
                                                    WHEN count(*) FILTER (
                                                             WHERE first.run_at <= now()) = 64
                                                    THEN greatest(min(first.settles_at), now())
@@ -366,7 +367,8 @@ WITH RECURSIVE clock AS MATERIALIZED (
     -- kind limited per key, whose rows of full keys are passed over. Read
     -- without locks: see locked. key_room: NULL where no per-key limit
     -- applies (no limit, or no key). settled: the key's runs all started
-    -- a second ago or more (see clogged).
+    -- a second ago or more (see clogged; seconds_until_next_due comes back
+    -- when that second is up).
     SELECT due.id, lanes.kind, due.concurrency_key AS key, due.priority, due.run_at,
            CASE WHEN lanes.per_key IS NOT NULL AND due.concurrency_key IS NOT NULL THEN
                lanes.per_key - running.count
