@@ -441,6 +441,9 @@ WITH RECURSIVE clock AS MATERIALIZED (
         -- On the second lap, no further than where the walk began: a range
         -- of each index either way (an OR of the two would be a filter).
         -- least() passes over the NULL of an index without a further key.
+        -- OFFSET 0 here, in step and in room keeps each a step of its own,
+        -- computed once a key: pulled up, the next key's lookups would be
+        -- copied into every expression that names it, and run again there.
         SELECT CASE WHEN w.wrapped THEN least(
                         (SELECT min(p.concurrency_key) FROM job_queue AS p
                          WHERE p.state = 'pending' AND p.parked AND p.kind = w.kind
@@ -459,6 +462,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
                             WHERE q.state = 'pending' AND q.limited AND NOT q.parked
                               AND q.concurrency_key IS NOT NULL AND q.kind = w.kind
                               AND q.concurrency_key > w.key) END) END AS key
+        OFFSET 0
     ) AS after
     CROSS JOIN LATERAL (
         SELECT coalesce(after.key, CASE WHEN NOT w.wrapped THEN least(
@@ -471,6 +475,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
                          AND q.concurrency_key IS NOT NULL AND q.kind = w.kind
                          AND q.concurrency_key <= w.start) END) END) AS key,
                w.wrapped OR after.key IS NULL AS wrapped
+        OFFSET 0
     ) AS step
     CROSS JOIN LATERAL (
         SELECT w.per_key - (SELECT count(*)
@@ -478,6 +483,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
                                   WHERE r.state = 'running' AND r.concurrency_key IS NOT NULL
                                     AND r.kind = w.kind AND r.concurrency_key = step.key
                                   LIMIT w.per_key) AS running) AS room
+        OFFSET 0
     ) AS room
     CROSS JOIN LATERAL (
         -- A key with room: whether a row this claim may take is among its
