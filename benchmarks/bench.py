@@ -148,6 +148,8 @@ class Settings:
     latency_samples: int = 200
     #: Milliseconds between two of those inserts.
     latency_interval_ms: float = 20.0
+    #: Turns the floor and the fleets take at those samples (a share each).
+    latency_rounds: int = 4
     #: Finished rows in the table during the history run.
     bloat_rows: int = 1_000_000
     #: Seconds the idle fleet is measured, after its start and after a burst.
@@ -170,9 +172,9 @@ class Settings:
     peers: bool = False
 
 
-SMOKE = Settings(jobs=300, workers_list=(1, 2), latency_samples=30, bloat_rows=10_000,
-                 idle_seconds=1.0, idle_settle_seconds=0.5, idle_burst_jobs=100, io_jobs=40,
-                 io_slots=(4,), rate_windows=2)
+SMOKE = Settings(jobs=300, workers_list=(1, 2), latency_samples=30, latency_rounds=1,
+                 bloat_rows=10_000, idle_seconds=0.5, idle_settle_seconds=0.25,
+                 idle_burst_jobs=100, io_jobs=40, io_slots=(4,), rate_windows=2)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -707,6 +709,9 @@ def parse_arguments(argv: Sequence[str] | None) -> tuple[Settings, Path]:
                         help=f"jobs of the pick-up latency [{defaults.latency_samples}]")
     parser.add_argument("--latency-interval-ms", type=float,
                         help=f"ms between those jobs [{defaults.latency_interval_ms:g}]")
+    parser.add_argument("--latency-rounds", type=int,
+                        help=f"turns the runners of the latency take"
+                             f" [{defaults.latency_rounds}]")
     parser.add_argument("--bloat-rows", type=int,
                         help=f"finished rows in the table for the history run"
                              f" [{defaults.bloat_rows}]")
@@ -738,8 +743,10 @@ def parse_arguments(argv: Sequence[str] | None) -> tuple[Settings, Path]:
     chosen = {field.name: getattr(args, field.name) for field in dataclasses.fields(Settings)
               if getattr(args, field.name) is not None}
     settings = dataclasses.replace(SMOKE if args.smoke else defaults, **chosen)
-    if settings.jobs < 1 or settings.latency_samples < 1 or settings.bloat_rows < 0:
-        parser.error("--jobs and --latency-samples must be positive, --bloat-rows not negative")
+    if (settings.jobs < 1 or settings.latency_samples < 1 or settings.latency_rounds < 1
+            or settings.bloat_rows < 0):
+        parser.error("--jobs, --latency-samples and --latency-rounds must be positive,"
+                     " --bloat-rows not negative")
     return settings, args.json
 
 

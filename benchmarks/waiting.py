@@ -30,8 +30,6 @@ LATENCY_POLL_SECONDS = 30.0
 #: Fleets whose latency is measured beside the floor: the goals' fleet of 4
 #: (bench.FLEET_WORKERS), and a lone worker.
 LATENCY_FLEETS = (4, 1)
-#: The runners take turns this many times (see measure_handler_latency).
-LATENCY_ROUNDS = 4
 #: Stamp jobs inserted at once to warm a fleet up: more than its job slots.
 WARM_UP_BURST = 100
 #: An IO-bound run samples its database connections at each check for an
@@ -208,7 +206,7 @@ def measure_handler_latency(bench: "Bench") -> HandlerLatency:
     so that a noisy minute of the machine falls on all of them alike."""
     samples, interval = bench.settings.latency_samples, bench.settings.latency_interval_ms
     bench.sql.rows(STARTS_TABLE)
-    rounds = min(LATENCY_ROUNDS, samples)
+    rounds = min(bench.settings.latency_rounds, samples)
     found: dict[str, list[float]] = {"floor": []}
     for number in range(rounds):
         share = samples // rounds + (number < samples % rounds)
