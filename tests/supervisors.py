@@ -82,6 +82,19 @@ class RunningSupervisor:
                 pass
         os.unlink(self.log.name)
 
+    def kill(self) -> None:
+        """SIGKILL the supervisor, then its workers: for one cut off from the
+        database once a test is done with it, whose stop would release
+        nothing and only wait out its grace period."""
+        workers = self.worker_pids()
+        self.process.kill()
+        self.process.wait()
+        for pid in workers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
     def wait_for_workers(self, count: int, timeout: float = 10) -> list[int]:
         return wait_until(lambda: len(self.worker_pids()) == count and self.worker_pids(),
                           timeout, message=f"{count} workers")

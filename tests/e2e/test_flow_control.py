@@ -262,6 +262,7 @@ def test_a_supervisor_whose_link_hangs_frees_no_key_twice(
         ended_at.update({pid: now for pid in cut_pids})
         sql.rows("UPDATE job_queue SET payload = '{\"sleep\": 0.05}'")
         wait_until(lambda: _all_succeeded(sql), 40, message="every job")
+        cut_off.kill()
     finally:
         relay.stop()
     runs = _runs(sql, "per_account", ended_at)

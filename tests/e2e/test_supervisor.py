@@ -418,6 +418,7 @@ def test_a_worker_cut_off_from_the_database_stops_before_its_lease_runs_out(
         rerun_start = executions.value("SELECT max(started_at) FROM test_executions"
                                        " WHERE job_id = %s", (job_id,))
         assert rerun_start >= gone_at
+        lonely.kill()
     finally:
         executions.rows("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                         " WHERE usename = %s", (role,))
