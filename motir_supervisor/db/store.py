@@ -248,14 +248,18 @@ class JobStore:
                          {"claimant": claimant, "ids": ids, "outputs": outputs})
 
     def record_successes_handing_on(self, claimant: str, ids: list[int], room: int,
-                                    lease_seconds: float, queues: Sequence[str] | None
+                                    lease_seconds: float, queues: Sequence[str] | None,
+                                    outputs: list[str | None] | None = None
                                     ) -> tuple[set[int], list[ClaimedJob]]:
         """record_successes that also claims, up to ``room``, the next due job
         of each key whose run succeeded, for the kinds limited per key only:
-        (the ids written, the jobs claimed)."""
+        (the ids written, the jobs claimed). ``outputs`` as record_successes
+        takes them."""
         rows = self._run("record_successes_handing_on", {
             "claimant": claimant, "ids": ids, "room": room, "lease_seconds": lease_seconds,
-            "queues": list(queues) if queues else None}, after="generic_plan")
+            "queues": list(queues) if queues else None,
+            "outputs": outputs if outputs is not None else [None] * len(ids)},
+            after="generic_plan")
         return ({row[0] for row in rows if row[0] is not None},
                 [ClaimedJob._make(row[1:]) for row in rows if row[0] is None])
 

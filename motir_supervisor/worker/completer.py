@@ -60,7 +60,7 @@ class Completer:
         self._to_release: list[Run] = []
         #: Writes successes of limited runs and claims what they hand on:
         #: the producer's (it holds what is claimed).
-        self.hand_on: Callable[[list[int]], set[int]] | None = None
+        self.hand_on: Callable[[list[int], list[str | None] | None], set[int]] | None = None
 
     def add_ended(self, runs: list[Run], since: float) -> None:
         """Runs the executor ended, the first of them at ``since``."""
@@ -128,7 +128,7 @@ class Completer:
         keys' slots on to the keys' next jobs (see Producer.write_handing_on)."""
         ids = [run.claimed.id for run in runs]
         if self.hand_on is not None and any(run.claim.limited for run in runs):
-            written = self.hand_on(ids)
+            written = self.hand_on(ids, None)
         else:
             written = self.store.record_successes(self.claimant, ids)
         return [(run, "succeeded" if run.claimed.id in written else "lost") for run in runs]
@@ -138,11 +138,16 @@ class Completer:
         outputs. A value the database refuses although outcomes.output_json
         took it (nested deeper than the server's stack allows, a number past
         numeric's range) must not keep these successes out: the runs are
-        written again one by one, and the one refused without its output."""
+        written again one by one, and the one refused without its output.
+        Where some came from a limited claim, the write hands their keys'
+        slots on, as _record_successes does."""
         ids = [run.claimed.id for run in runs]
+        outputs = [run.output_json for run in runs]
         try:
-            written = self.store.record_successes(self.claimant, ids,
-                                                  [run.output_json for run in runs])
+            if self.hand_on is not None and any(run.claim.limited for run in runs):
+                written = self.hand_on(ids, outputs)
+            else:
+                written = self.store.record_successes(self.claimant, ids, outputs)
         except psycopg2.Error as exc:
             if exc.pgcode is None or exc.pgcode[:2] not in REFUSED_VALUES:
                 raise  # the database's state, not a value: written again later

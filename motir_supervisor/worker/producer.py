@@ -19,6 +19,8 @@ import sys
 import time
 from typing import Callable
 
+import psycopg2
+
 from .. import db, metrics, registry
 from ..config import Config
 from ..ipc import ledger
@@ -264,11 +266,14 @@ class Producer:
         self._take(jobs, claim)
         return len(jobs), more_due
 
-    def write_handing_on(self, ids: list[int]) -> set[int]:
+    def write_handing_on(self, ids: list[int],
+                         outputs: list[str | None] | None = None) -> set[int]:
         """Write the successes of these runs, some of them of limited kinds,
-        claiming the next due job of each key whose run succeeded (kinds
-        limited per key only; see db.JobStore.record_successes_handing_on):
-        such a key's next job waits for no claim. The ids written.
+        with their ``outputs`` if given (as db.JobStore.record_successes takes
+        them), claiming the next due job of each key whose run succeeded
+        (kinds limited per key only; see
+        db.JobStore.record_successes_handing_on): such a key's next job waits
+        for no claim. The ids written.
 
         The next jobs take the places of the runs that ended, so the worker
         holds no more than it did; they wait no longer than any claimed job
@@ -276,13 +281,20 @@ class Producer:
         room = 0 if self.stop_check() else min(
             len(ids), self.ledger.free_entries(), self.claims_left)
         if room <= 0:
-            return self.store.record_successes(self.claimant, ids)
+            return self.store.record_successes(self.claimant, ids, outputs)
         sent = time.monotonic()
         # A claim as any other: if the connection breaks, its rows may be
         # this worker's unknown to it (see after_reconnect).
         self._claim_in_doubt = True
-        written, jobs = self.store.record_successes_handing_on(
-            self.claimant, ids, room, self.config.lease_seconds, self.queues)
+        try:
+            written, jobs = self.store.record_successes_handing_on(
+                self.claimant, ids, room, self.config.lease_seconds, self.queues, outputs)
+        except psycopg2.Error as exc:
+            if exc.pgcode is not None:
+                # The server refused the statement (a value it cannot store,
+                # say), which then claimed nothing.
+                self._claim_in_doubt = False
+            raise
         self._claim_in_doubt = False
         if jobs:
             # Sized by what ended, not by a batch size, which it leaves alone.

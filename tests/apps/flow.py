@@ -1,7 +1,9 @@
 """Kinds for the flow-control tests: each run records its start, its key and
 the start the claim stamped (the row's started_at) in test_executions."""
 
+import functools
 import os
+import sys
 import time
 
 from motir_supervisor import job
@@ -33,3 +35,13 @@ def partner_call(j):
     execution = _record_start(j)
     time.sleep(j.payload.get("sleep", 0.005))
     _record_end(execution)
+
+
+@job("account_report", max_running_per_key=PER_KEY)
+def account_report(j):
+    """Returns a value, which is stored with its success; with "deep", one
+    nested past what jsonb takes (JSON takes it, the recursion limit raised)."""
+    if j.payload.get("deep"):
+        sys.setrecursionlimit(100_000)
+        return functools.reduce(lambda inner, _: [inner], range(20_000), [])
+    return {"job": j.id, "attempt": j.attempt}

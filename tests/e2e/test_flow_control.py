@@ -136,6 +136,28 @@ def test_two_fleets_keep_per_key_and_rate_limits_through_kills_and_a_restart(
     assert f"of at most {RATE[0]} starts in the last {RATE[1]:g}s" in status
 
 
+def test_keys_whose_runs_return_values_hand_their_slots_on(executions, start_supervisor):
+    sql = executions
+    fleet = start_supervisor("--workers", "2", "--concurrency", "4", "--app", "tests.apps.flow")
+    fleet.wait_for_workers(2)
+    jobs = 40
+    # One value jsonb refuses, in the middle of a key's backlog.
+    sql.rows("INSERT INTO job_queue (kind, concurrency_key, payload)"
+             " SELECT 'account_report', 'account-' || (g %% %s),"
+             " jsonb_build_object('deep', g = %s) FROM generate_series(1, %s) g",
+             (KEYS, KEYS + 1, jobs))
+    deep = sql.value("SELECT id FROM job_queue WHERE payload = '{\"deep\": true}'")
+    wait_until(lambda: _all_succeeded(sql), 30, message="every job")
+    # Each value stored with its success but the refused one, and each run
+    # but a key's last handed its key's slot to the next (it left running
+    # no longer limited), but the one written again without its value.
+    assert sql.rows("SELECT count(*) FILTER (WHERE output = jsonb_build_object("
+                    " 'job', id, 'attempt', attempts)), count(*) FILTER (WHERE NOT limited)"
+                    " FROM job_queue") == [(jobs - 1, jobs - KEYS - 1)]
+    assert sql.value("SELECT output FROM job_queue WHERE id = %s", (deep,)) is None
+    assert f"the database refused the output of job {deep} account_report" in fleet.output()
+
+
 def test_a_rate_limited_backlog_uses_its_allowance_and_idle_workers_wait_for_it(
         database_url, executions, start_supervisor):
     sql = executions

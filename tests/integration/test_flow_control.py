@@ -566,6 +566,30 @@ def test_a_hand_on_takes_parked_rows_and_the_room_it_is_given(sql, store):
     assert [j.id for j in again] == [ids[5]]
 
 
+def test_a_hand_on_writes_the_values_the_runs_returned(sql, store):
+    store.sync_limits({"a": PER_KEY})
+    x, y, x_next, y_next = _insert(sql, "a", ["x", "y", "x", "y"])
+    jobs, _ = store.claim_limited_jobs("c", 10, 30, None)
+    written, handed = store.record_successes_handing_on(
+        "c", [x, y], 10, 30, None, ['{"rows": 3}', None])
+    assert written == {x, y} and sorted(j.id for j in handed) == [x_next, y_next]
+    assert sql.rows("SELECT id, output, limited FROM job_queue WHERE id IN (%s, %s)"
+                    " ORDER BY id", (x, y)) == [(x, {"rows": 3}, False), (y, None, False)]
+
+
+def test_a_value_the_database_refuses_fails_the_whole_hand_on(sql, store):
+    store.sync_limits({"a": PER_KEY})
+    x, y, x_next, _ = _insert(sql, "a", ["x", "y", "x", "y"])
+    jobs, _ = store.claim_limited_jobs("c", 10, 30, None)
+    deep = "[" * 100_000 + "]" * 100_000  # past the server's stack
+    with pytest.raises(psycopg2.Error) as refused:
+        store.record_successes_handing_on("c", [x, y], 10, 30, None, [deep, '{"ok": 1}'])
+    assert refused.value.pgcode[:2] in ("22", "54")
+    assert sql.rows("SELECT state, output FROM job_queue WHERE id IN (%s, %s, %s)"
+                    " ORDER BY id", (x, y, x_next)) == [
+        ("running", None), ("running", None), ("pending", None)]
+
+
 def test_a_hand_on_leaves_a_lowered_limit_to_be_reached(sql, store):
     store.sync_limits({"a": db.Limits(max_running_per_key=2)})
     _insert(sql, "a", ["x"] * 6)

@@ -817,7 +817,17 @@ SET LOCAL plan_cache_mode = force_generic_plan;
 -- that no slot freed; the others free theirs as any run does. The next row
 -- is looked for in the lane and among the parked rows, each through its
 -- index of the key's rows in due order.
-WITH handing AS MATERIALIZED (
+--
+-- %(outputs)s: each id's return value as JSON text, NULL where the run
+-- returned none, as record_successes_with_output stores them; a value the
+-- database refuses fails the whole statement, which then writes nothing.
+WITH returned AS MATERIALIZED (
+    -- One object of every value returned, by id, which each row's write
+    -- looks its own up in.
+    SELECT jsonb_object_agg(o.id::text, o.output::jsonb) AS outputs
+    FROM unnest(%(ids)s::bigint[], %(outputs)s::text[]) AS o(id, output)
+    WHERE o.output IS NOT NULL
+), handing AS MATERIALIZED (
     SELECT kind, max_running_per_key AS per_key
     FROM job_queue_limits
     WHERE max_running_per_key IS NOT NULL AND max_running IS NULL AND rate_limit IS NULL
@@ -915,6 +925,8 @@ WITH handing AS MATERIALIZED (
         last_error = NULL,
         locked_by = NULL,
         lease_expires_at = NULL,
+        output = CASE WHEN (SELECT outputs FROM returned) ? id::text
+                      THEN (SELECT outputs FROM returned) -> id::text ELSE output END,
         limited = limited AND id <> ALL (ARRAY(SELECT id FROM handed_on))
     WHERE id = ANY(ARRAY(SELECT id FROM mine))
     RETURNING id
