@@ -138,26 +138,47 @@ class Completer:
         outputs. A value the database refuses although outcomes.output_json
         took it (nested deeper than the server's stack allows, a number past
         numeric's range) must not keep these successes out: the runs are
-        written again one by one, and the one refused without its output.
-        Where some came from a limited claim, the write hands their keys'
-        slots on, as _record_successes does."""
+        written again one by one, each settled as soon as its statement
+        returns (so a break partway leaves only the others to write), and the
+        one refused without its output. Where some came from a limited claim,
+        the write hands their keys' slots on, as _record_successes does."""
+        try:
+            return self._write_with_outputs(runs, hand_on=True)
+        except psycopg2.Error as exc:
+            if not _refused(exc):
+                raise  # the database's state, not a value: written again later
+        for run in runs:
+            ended = self._record_one_with_output(run)
+            self._count_and_settle(ended)
+            self._to_write.remove(run)
+            _log_ended(ended)
+        return []
+
+    def _record_one_with_output(self, run: Run) -> list[tuple[Run, str]]:
+        # The hand-on's statement runs deeper on the server's stack than
+        # record_successes_with_output, so a value it refuses may still be
+        # stored by the latter, which hands nothing on.
+        for hand_on in ((True, False) if run.claim.limited and self.hand_on else (False,)):
+            try:
+                return self._write_with_outputs([run], hand_on)
+            except psycopg2.Error as exc:
+                if not _refused(exc):
+                    raise
+                refused = exc
+        job = run.claimed
+        log.warning("worker %d: the database refused the output of job %d %s (%s); it"
+                    " succeeded with its output empty", self.index, job.id, job.kind,
+                    db.one_line(refused, self.config.database_url))
+        written = self.store.record_successes(self.claimant, [job.id])
+        return [(run, "succeeded" if job.id in written else "lost")]
+
+    def _write_with_outputs(self, runs: list[Run], hand_on: bool) -> list[tuple[Run, str]]:
         ids = [run.claimed.id for run in runs]
         outputs = [run.output_json for run in runs]
-        try:
-            if self.hand_on is not None and any(run.claim.limited for run in runs):
-                written = self.hand_on(ids, outputs)
-            else:
-                written = self.store.record_successes(self.claimant, ids, outputs)
-        except psycopg2.Error as exc:
-            if exc.pgcode is None or exc.pgcode[:2] not in REFUSED_VALUES:
-                raise  # the database's state, not a value: written again later
-            if len(runs) > 1:
-                return [ended for run in runs for ended in self._record_with_outputs([run])]
-            job = runs[0].claimed
-            log.warning("worker %d: the database refused the output of job %d %s (%s); it"
-                        " succeeded with its output empty", self.index, job.id, job.kind,
-                        db.one_line(exc, self.config.database_url))
-            written = self.store.record_successes(self.claimant, ids)
+        if hand_on and self.hand_on is not None and any(run.claim.limited for run in runs):
+            written = self.hand_on(ids, outputs)
+        else:
+            written = self.store.record_successes(self.claimant, ids, outputs)
         return [(run, "succeeded" if run.claimed.id in written else "lost") for run in runs]
 
     def _record_outcomes(self, runs: list[Run]) -> list[tuple[Run, str]]:
@@ -232,6 +253,11 @@ def _line(run: Run, outcome: str, detail: str = "") -> str:
     job = run.claimed
     return outcomes.outcome_line(job.id, job.kind, job.attempt, job.max_attempts, outcome,
                                  run.duration, detail)
+
+
+def _refused(exc: psycopg2.Error) -> bool:
+    """Whether the database refused a value sent (not its state)."""
+    return exc.pgcode is not None and exc.pgcode[:2] in REFUSED_VALUES
 
 
 def _log_ended(ended: list[tuple[Run, str]]) -> None:

@@ -819,12 +819,12 @@ SET LOCAL plan_cache_mode = force_generic_plan;
 -- index of the key's rows in due order.
 --
 -- %(outputs)s: each id's return value as JSON text, NULL where the run
--- returned none, as record_successes_with_output stores them; a value the
--- database refuses fails the whole statement, which then writes nothing.
+-- returned none, as record_successes_with_output stores them. Each is read
+-- as jsonb only by the write of its own row, once fenced: a value the
+-- database refuses fails the whole statement, which then writes nothing,
+-- and only a run still ours can.
 WITH returned AS MATERIALIZED (
-    -- One object of every value returned, by id, which each row's write
-    -- looks its own up in.
-    SELECT jsonb_object_agg(o.id::text, o.output::jsonb) AS outputs
+    SELECT o.id, o.output
     FROM unnest(%(ids)s::bigint[], %(outputs)s::text[]) AS o(id, output)
     WHERE o.output IS NOT NULL
 ), handing AS MATERIALIZED (
@@ -925,8 +925,8 @@ WITH returned AS MATERIALIZED (
         last_error = NULL,
         locked_by = NULL,
         lease_expires_at = NULL,
-        output = CASE WHEN (SELECT outputs FROM returned) ? id::text
-                      THEN (SELECT outputs FROM returned) -> id::text ELSE output END,
+        output = coalesce((SELECT r.output::jsonb FROM returned AS r WHERE r.id = job_queue.id),
+                          output),
         limited = limited AND id <> ALL (ARRAY(SELECT id FROM handed_on))
     WHERE id = ANY(ARRAY(SELECT id FROM mine))
     RETURNING id
