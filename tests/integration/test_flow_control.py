@@ -636,6 +636,48 @@ def test_a_freed_key_brings_its_first_parked_row_back_to_the_lane(sql, store):
     assert [j.id for j in store.claim_limited_jobs("c", 10, 30, None)[0]] == [ids[1]]
 
 
+def test_a_resumed_queue_brings_back_the_first_parked_row_of_each_key_with_room(sql, store):
+    store.sync_limits({"a": PER_KEY})
+    full = [f"k{n:04}" for n in range(1000)]
+    # Keys whose runs go on, each with a backlog set aside, as claims leave
+    # them once their runs have gone on for a second.
+    _insert(sql, "a", full)
+    sql.rows("UPDATE job_queue SET state = 'running', locked_by = 'other', started_at = now(),"
+             " lease_expires_at = now() + interval '1 hour'")
+    _insert(sql, "a", full * 2)
+    sql.rows("UPDATE job_queue SET parked = true WHERE state = 'pending'")
+    # z's run ends while its queue is paused: its slot frees, and its rows,
+    # all of that queue, stay set aside.
+    [z] = _insert(sql, "a", ["z"], queue="p")
+    z_rows = _insert(sql, "a", ["z", "z"], queue="p")
+    jobs, _ = store.claim_limited_jobs("c", 10, 30, None)
+    assert [j.id for j in jobs] == [z]
+    sql.rows("UPDATE job_queue SET parked = true WHERE id = ANY(%s)", (z_rows,))
+    store.pause_queue("p")
+    _finish(store, "c", jobs)
+    sql.rows("VACUUM ANALYZE job_queue")
+    store.resume_queue("p")
+    # The next claim takes z's first row; the full keys' rows stay aside.
+    assert [j.id for j in store.claim_limited_jobs("c", 10, 30, None)[0]] == z_rows[:1]
+    assert sql.value("SELECT count(*) FROM job_queue WHERE NOT parked AND state = 'pending'") == 0
+
+
+def test_a_running_jobs_kind_and_key_cannot_change(sql, store):
+    store.sync_limits({"a": PER_KEY})
+    running, waiting = _insert(sql, "a", ["x", "x"])
+    _insert(sql, "a", ["y"])
+    store.claim_limited_jobs("c", 10, 30, None)
+    for column, value in (("concurrency_key", "y"), ("kind", "b")):
+        with pytest.raises(psycopg2.errors.ObjectNotInPrerequisiteState,
+                           match=f"job {running} is running"):
+            sql.rows(f"UPDATE job_queue SET {column} = %s WHERE id = %s", (value, running))
+    # A waiting job's key may change, and the job is routed by it.
+    sql.rows("UPDATE job_queue SET concurrency_key = 'z' WHERE id = %s", (waiting,))
+    assert [j.id for j in store.claim_limited_jobs("c", 10, 30, None)[0]] == [waiting]
+    assert sql.rows("SELECT concurrency_key, count(*) FROM job_queue WHERE state = 'running'"
+                    " GROUP BY 1 ORDER BY 1") == [("x", 1), ("y", 1), ("z", 1)]
+
+
 def test_a_key_crowded_out_of_a_claim_stays_in_the_lane(sql, store):
     store.sync_limits({"a": PER_KEY})
     ahead = [f"k{n:02}" for n in range(17)]

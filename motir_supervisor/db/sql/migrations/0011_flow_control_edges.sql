@@ -1,0 +1,62 @@
+-- Two more cases of flow control the database keeps, whoever writes.
+
+-- A running job's kind and key are the ones its slot was counted for: a
+-- change would move the slot to another key behind the limited claims'
+-- back (that key then running one more than its limit) and leave the old
+-- key's slot freed without a wake-up. Refused while the row runs; any
+-- change of a row not running is routed again, as before.
+CREATE OR REPLACE FUNCTION job_queue_reroute() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF OLD.state = 'running' AND NEW.state = 'running' THEN
+        RAISE EXCEPTION 'job % is running: its kind and concurrency_key cannot change until it ends',
+            NEW.id USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    -- Names neither state, kind nor key: no trigger of job_queue fires again.
+    UPDATE job_queue
+    SET limited = job_queue_limited(NEW.kind, NEW.concurrency_key),
+        parked = false
+    WHERE id = NEW.id
+      AND (parked OR limited IS DISTINCT FROM job_queue_limited(NEW.kind, NEW.concurrency_key));
+    RETURN NULL;
+END;
+$$;
+
+-- A queue resumed brings back to the lane the first parked row of each key
+-- with room that has rows in it, as a freed slot brings back its key's: a
+-- key whose slot freed while the queue was paused has nothing running and
+-- nothing in the lane, and the claims' walk of the parked keys would reach
+-- it only a few hundred keys a claim. Under the limited claims' lock, as
+-- the slot-freed trigger takes it (migrations/0008). Then the wake-up, as
+-- before.
+CREATE OR REPLACE FUNCTION job_queue_notify_resumed() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT FROM job_queue WHERE state = 'pending' AND parked AND queue = OLD.queue) THEN
+        PERFORM pg_advisory_xact_lock(hashtext('motir_supervisor.limited_claims'));
+        UPDATE job_queue
+        SET parked = false
+        WHERE id = ANY(ARRAY(
+            SELECT first.id
+            FROM (SELECT DISTINCT kind, concurrency_key
+                  FROM job_queue
+                  WHERE state = 'pending' AND parked AND queue = OLD.queue) AS k
+            JOIN job_queue_limits AS l ON l.kind = k.kind
+            CROSS JOIN LATERAL (
+                SELECT id FROM job_queue
+                WHERE state = 'pending' AND parked
+                  AND kind = k.kind AND concurrency_key = k.concurrency_key
+                  AND queue NOT IN (SELECT queue FROM job_queue_paused)
+                ORDER BY priority, run_at, id
+                LIMIT 1
+                FOR UPDATE SKIP LOCKED) AS first
+            WHERE l.max_running_per_key IS NULL
+               OR l.max_running_per_key > (
+                      SELECT count(*) FROM job_queue AS r
+                      WHERE r.state = 'running' AND r.concurrency_key IS NOT NULL
+                        AND r.kind = k.kind AND r.concurrency_key = k.concurrency_key)));
+    END IF;
+    PERFORM pg_notify('motir_job_queue', OLD.queue);
+    RETURN NULL;
+END;
+$$;
