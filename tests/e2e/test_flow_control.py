@@ -4,11 +4,14 @@ rolling restart and a supervisor whose database link hangs until its leases
 lapse; a backlog uses its allowance; and naive fleets whose claim runs
 without its lock overshoot both, as the negative control."""
 
+import datetime
 import os
 import select
 import signal
 import socket
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
@@ -248,6 +251,29 @@ class Relay(threading.Thread):
         self.listener.close()
 
 
+def _gone(pid):
+    try:
+        return "zombie" in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+
+
+def _watch_ends(pids):
+    """{pid: when it was first seen gone}, filled by a thread that looks
+    every 10 ms for up to a minute."""
+    ended_at: dict[int, datetime.datetime] = {}
+
+    def watch():
+        deadline = time.monotonic() + 60
+        while len(ended_at) < len(pids) and time.monotonic() < deadline:
+            for pid in pids:
+                if pid not in ended_at and _gone(pid):
+                    ended_at[pid] = datetime.datetime.now(datetime.timezone.utc)
+            time.sleep(0.01)
+    threading.Thread(target=watch, daemon=True).start()
+    return ended_at
+
+
 def test_a_supervisor_whose_link_hangs_frees_no_key_twice(
         database_url, executions, start_supervisor):
     sql = executions
@@ -269,19 +295,17 @@ def test_a_supervisor_whose_link_hangs_frees_no_key_twice(
         long_runs = [job_id for job_id, in sql.rows("SELECT id FROM job_queue")]
         cut_pids = [pid for pid, in sql.rows("SELECT DISTINCT pid FROM test_executions")]
         _enqueue_keyed(sql, 8, sleep=0.05)  # their keys' next jobs wait
+        # When each of those workers is first seen gone, watched from now on
+        # whatever the test waits for meanwhile: a run ends no later.
+        ended_at = _watch_ends(cut_pids)
         relay.frozen.set()
-        ended_at: dict[int, object] = {}
         # The healthy fleet, whose reaper takes the lapsed leases over.
         healthy = start_supervisor(*FLEET, *lease)
         healthy.wait_for_workers(4)
-        # The cut-off workers end themselves before their leases lapse.
         # The cut-off workers running them end themselves before their
         # leases lapse (the others, idle, wait on their hung connections).
-        wait_until(lambda: not any(os.path.exists(f"/proc/{pid}") and "zombie" not in
-                                   open(f"/proc/{pid}/status").read() for pid in cut_pids),
-                   15, message="the cut-off workers ended")
-        now = sql.value("SELECT clock_timestamp()")
-        ended_at.update({pid: now for pid in cut_pids})
+        wait_until(lambda: len(ended_at) == len(cut_pids), 15,
+                   message="the cut-off workers ended")
         sql.rows("UPDATE job_queue SET payload = '{\"sleep\": 0.05}'")
         wait_until(lambda: _all_succeeded(sql), 40, message="every job")
         cut_off.kill()
