@@ -662,6 +662,22 @@ def test_a_resumed_queue_brings_back_the_first_parked_row_of_each_key_with_room(
     assert sql.value("SELECT count(*) FROM job_queue WHERE NOT parked AND state = 'pending'") == 0
 
 
+def test_a_paused_queue_holds_only_its_own_rows_of_a_key(sql, store):
+    store.sync_limits({"a": PER_KEY})
+    [first] = _insert(sql, "a", ["x"], queue="p")
+    jobs, _ = store.claim_limited_jobs("c", 1, 30, None)
+    assert [j.id for j in jobs] == [first]
+    # x's backlog, mostly of queue p, set aside as a claim leaves a deep one;
+    # its last row is of another queue.
+    backlog = _insert(sql, "a", ["x"] * 20, queue="p")
+    [other] = _insert(sql, "a", ["x"], queue="q")
+    sql.rows("UPDATE job_queue SET parked = true WHERE id = ANY(%s)", (backlog + [other],))
+    _finish(store, "c", jobs)  # x's slot frees: p's first row comes back to the lane
+    store.pause_queue("p")
+    # The row of queue q is the key's one row a claim may take: it runs.
+    assert [j.id for j in store.claim_limited_jobs("c", 10, 30, None)[0]] == [other]
+
+
 def test_a_running_jobs_kind_and_key_cannot_change(sql, store):
     store.sync_limits({"a": PER_KEY})
     running, waiting = _insert(sql, "a", ["x", "x"])

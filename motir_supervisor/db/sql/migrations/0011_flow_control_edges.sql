@@ -22,17 +22,24 @@ BEGIN
 END;
 $$;
 
--- A queue resumed brings back to the lane the first parked row of each key
--- with room that has rows in it, as a freed slot brings back its key's: a
--- key whose slot freed while the queue was paused has nothing running and
--- nothing in the lane, and the claims' walk of the parked keys would reach
--- it only a few hundred keys a claim. Under the limited claims' lock, as
--- the slot-freed trigger takes it (migrations/0008). Then the wake-up, as
--- before.
-CREATE OR REPLACE FUNCTION job_queue_notify_resumed() RETURNS trigger
+-- A queue paused or resumed changes which of its keys' rows a claim may
+-- take. For each key with room that has waiting rows in the queue, the
+-- first of its parked rows in a queue not paused comes back to the lane, as
+-- a freed slot brings back its key's (migrations/0008): a key whose slot
+-- freed while the queue was paused has nothing running and nothing in the
+-- lane, and a key whose row in the lane was of the queue now paused has
+-- nothing there a claim may take; the claims' walk of the parked keys would
+-- reach either only a few hundred keys a claim. Under the limited claims'
+-- lock, as the slot-freed trigger takes it. A resume then wakes the
+-- workers, as before.
+CREATE FUNCTION job_queue_pause_changed() RETURNS trigger
 LANGUAGE plpgsql AS $$
+DECLARE
+    changed text := CASE WHEN TG_OP = 'DELETE' THEN OLD.queue ELSE NEW.queue END;
 BEGIN
-    IF EXISTS (SELECT FROM job_queue WHERE state = 'pending' AND parked AND queue = OLD.queue) THEN
+    IF EXISTS (SELECT FROM job_queue
+               WHERE state = 'pending' AND limited AND concurrency_key IS NOT NULL
+                 AND queue = changed) THEN
         PERFORM pg_advisory_xact_lock(hashtext('motir_supervisor.limited_claims'));
         UPDATE job_queue
         SET parked = false
@@ -40,7 +47,8 @@ BEGIN
             SELECT first.id
             FROM (SELECT DISTINCT kind, concurrency_key
                   FROM job_queue
-                  WHERE state = 'pending' AND parked AND queue = OLD.queue) AS k
+                  WHERE state = 'pending' AND limited AND concurrency_key IS NOT NULL
+                    AND queue = changed) AS k
             JOIN job_queue_limits AS l ON l.kind = k.kind
             CROSS JOIN LATERAL (
                 SELECT id FROM job_queue
@@ -56,7 +64,15 @@ BEGIN
                       WHERE r.state = 'running' AND r.concurrency_key IS NOT NULL
                         AND r.kind = k.kind AND r.concurrency_key = k.concurrency_key)));
     END IF;
-    PERFORM pg_notify('motir_job_queue', OLD.queue);
+    IF TG_OP = 'DELETE' THEN
+        PERFORM pg_notify('motir_job_queue', OLD.queue);
+    END IF;
     RETURN NULL;
 END;
 $$;
+
+DROP TRIGGER job_queue_notify_resumed ON job_queue_paused;
+DROP FUNCTION job_queue_notify_resumed();
+CREATE TRIGGER job_queue_pause_changed
+    AFTER INSERT OR DELETE ON job_queue_paused
+    FOR EACH ROW EXECUTE FUNCTION job_queue_pause_changed();
