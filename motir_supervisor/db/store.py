@@ -39,11 +39,13 @@ CONNECTION_ERRORS = (psycopg2.OperationalError, psycopg2.InterfaceError)
 #: Filled on first use, so that a statement replaced at start-up (as the
 #: tests' negative control replaces the claim) is the one prepared.
 _PREPARED_FORMS: dict[str, tuple[str, str]] = {}
-#: The statements that end runs, each sent after read_committed (see there).
-ENDS_RUNS = frozenset({"record_successes", "record_successes_with_output",
-                       "record_successes_handing_on", "record_outcomes",
-                       "release_claims_of", "release_claims_not_held", "fail_claims_of_dead",
-                       "expire_stale_leases"})
+#: The statements sent after read_committed (see there): those that end
+#: runs, and a queue's pause and resume.
+READ_COMMITTED = frozenset({"record_successes", "record_successes_with_output",
+                            "record_successes_handing_on", "record_outcomes",
+                            "release_claims_of", "release_claims_not_held",
+                            "fail_claims_of_dead", "expire_stale_leases",
+                            "pause_queue", "resume_queue"})
 
 
 # Tuples, not frozen dataclasses: a worker makes two of these per job, and a
@@ -146,8 +148,8 @@ class JobStore:
              after: str | None = None) -> list[tuple]:
         """Run the named statement; with ``after``, the statement of that name
         first, in the same transaction (both go as one query string), and
-        read_committed before either for a statement that ends runs
-        (ENDS_RUNS)."""
+        read_committed before either for the statements READ_COMMITTED
+        names."""
         with self.conn.cursor() as cur:
             if self.prepare and name in PREPARED:
                 forms = _PREPARED_FORMS.get(name)
@@ -167,7 +169,7 @@ class JobStore:
                 statement = QUERIES[name]
             if after is not None:
                 statement = f"{QUERIES[after]}\n{statement}"
-            if name in ENDS_RUNS:
+            if name in READ_COMMITTED:
                 statement = f"{QUERIES['read_committed']}\n{statement}"
             cur.execute(statement, params)
             return cur.fetchall() if cur.description else []

@@ -744,6 +744,72 @@ def test_a_freed_key_sees_what_a_claim_parked_meanwhile_whatever_the_default_iso
     store.close()
 
 
+def _wait_for_lock_waiters(sql, count):
+    deadline = time.monotonic() + 10
+    while sql.value("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                    " AND NOT granted") < count:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("verb", ["pause", "resume"])
+def test_a_pause_or_resume_sees_what_a_claim_took_meanwhile_whatever_the_default_isolation(
+        sql, database_url, verb):
+    sql.rows("ALTER DATABASE " + database_url.rsplit("/", 1)[1]
+             + " SET default_transaction_isolation = 'repeatable read'")
+    store = db.JobStore(database_url)
+    store.sync_limits({"a": PER_KEY})
+    # Key x: a row of queue p, and a parked row of queue q.
+    [later] = _insert(sql, "a", ["x"], queue="p")
+    sql.rows("UPDATE job_queue SET run_at = now() + interval '1 hour' WHERE id = %s", (later,))
+    [parked] = _insert(sql, "a", ["x"], queue="q")
+    if verb == "resume":
+        store.pause_queue("p")
+    sql.rows("UPDATE job_queue SET parked = true WHERE id = %s", (parked,))
+    claim = psycopg2.connect(database_url)
+    cur = claim.cursor()
+    # A claim holds the lock; the pause (or resume) waits for it, then the
+    # claim takes the parked row.
+    cur.execute(db.QUERIES["lock_limited_claims"])
+    done = {}
+    changing = threading.Thread(target=lambda: done.update(
+        changed=getattr(store, f"{verb}_queue")("p")))
+    changing.start()
+    _wait_for_lock_waiters(sql, 1)
+    cur.execute("UPDATE job_queue SET state = 'running', parked = false, locked_by = 'c',"
+                " lease_expires_at = now() + interval '30 seconds' WHERE id = %s", (parked,))
+    claim.commit()
+    changing.join(10)
+    # Done, and the row the claim took left to it.
+    assert done == {"changed": True}
+    assert sql.value("SELECT count(*) FROM job_queue_paused") == (1 if verb == "pause" else 0)
+    assert sql.value("SELECT state FROM job_queue WHERE id = %s", (parked,)) == "running"
+    claim.close()
+    store.close()
+
+
+def test_two_transactions_pausing_the_same_queue_do_not_deadlock(sql, store, database_url):
+    store.sync_limits({"a": PER_KEY})
+    _insert(sql, "a", ["x"], queue="p1")
+    _insert(sql, "a", ["y"], queue="p2")
+    # One transaction pauses p1, then p2; another pauses p2 meanwhile.
+    first = psycopg2.connect(database_url)
+    cur = first.cursor()
+    cur.execute("INSERT INTO job_queue_paused (queue) VALUES ('p1')")
+    done = {}
+    other = db.JobStore(database_url)
+    pausing = threading.Thread(target=lambda: done.update(paused=other.pause_queue("p2")))
+    pausing.start()
+    _wait_for_lock_waiters(sql, 1)
+    cur.execute("INSERT INTO job_queue_paused (queue) VALUES ('p2') ON CONFLICT DO NOTHING")
+    first.commit()
+    pausing.join(10)
+    assert done == {"paused": False}  # paused already, by the first
+    assert sql.rows("SELECT queue FROM job_queue_paused ORDER BY 1") == [("p1",), ("p2",)]
+    first.close()
+    other.close()
+
+
 # -- races ------------------------------------------------------------------------------
 
 RACERS = 6

@@ -11,12 +11,13 @@ LISTEN motir_job_queue;
 SET jit = off;
 
 -- read_committed --
--- Sent before each statement that ends runs, in one query string (see
--- db.JobStore._run): the trigger a freed slot fires (migrations/0008)
--- looks again, after the claims' lock, at what a claim committed
--- meanwhile, which a transaction's single snapshot under REPEATABLE READ (a
--- role's or database's default) would not show, and the hand-on locks rows
--- that claims may have changed since its snapshot.
+-- Sent before each statement that ends runs, and before a queue's pause and
+-- resume, in one query string (see db.JobStore._run): the triggers a freed
+-- slot and a pause or resume fire (migrations/0008 and 0011) look again,
+-- after the claims' lock, at what a claim committed meanwhile, which a
+-- transaction's single snapshot under REPEATABLE READ (a role's or
+-- database's default) would not show, and the hand-on locks rows that
+-- claims may have changed since its snapshot.
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 
 -- claim_due_jobs --
@@ -1331,7 +1332,7 @@ ON CONFLICT (queue) DO NOTHING
 RETURNING queue;
 
 -- resume_queue --
--- A trigger (migrations/0003) wakes the workers.
+-- A trigger (migrations/0011) wakes the workers.
 DELETE FROM job_queue_paused WHERE queue = %(queue)s RETURNING queue;
 
 -- paused_queues --

@@ -30,8 +30,20 @@ $$;
 -- lane, and a key whose row in the lane was of the queue now paused has
 -- nothing there a claim may take; the claims' walk of the parked keys would
 -- reach either only a few hundred keys a claim. Under the limited claims'
--- lock, as the slot-freed trigger takes it. A resume then wakes the
+-- lock, as the slot-freed trigger takes it, here taken before the row of
+-- job_queue_paused is written (a statement trigger): two transactions
+-- pausing queues each wait for the lock before they hold a row the other
+-- may want. Under READ COMMITTED, as the package sends it, the look after
+-- the lock sees what a claim committed meanwhile. A resume then wakes the
 -- workers, as before.
+CREATE FUNCTION job_queue_lock_limited_claims() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('motir_supervisor.limited_claims'));
+    RETURN NULL;
+END;
+$$;
+
 CREATE FUNCTION job_queue_pause_changed() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -40,7 +52,6 @@ BEGIN
     IF EXISTS (SELECT FROM job_queue
                WHERE state = 'pending' AND limited AND concurrency_key IS NOT NULL
                  AND queue = changed) THEN
-        PERFORM pg_advisory_xact_lock(hashtext('motir_supervisor.limited_claims'));
         UPDATE job_queue
         SET parked = false
         WHERE id = ANY(ARRAY(
@@ -73,6 +84,9 @@ $$;
 
 DROP TRIGGER job_queue_notify_resumed ON job_queue_paused;
 DROP FUNCTION job_queue_notify_resumed();
+CREATE TRIGGER job_queue_pause_changing
+    BEFORE INSERT OR DELETE ON job_queue_paused
+    FOR EACH STATEMENT EXECUTE FUNCTION job_queue_lock_limited_claims();
 CREATE TRIGGER job_queue_pause_changed
     AFTER INSERT OR DELETE ON job_queue_paused
     FOR EACH ROW EXECUTE FUNCTION job_queue_pause_changed();
