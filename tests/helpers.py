@@ -33,6 +33,16 @@ def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0
         time.sleep(interval)
 
 
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs: a zombie, exited but not yet reaped, does not,
+    nor one its parent reaped, between a look and a read too."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
 class Sql:
     """A small autocommit connection for a test's own reads and writes."""
 

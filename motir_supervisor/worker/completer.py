@@ -126,12 +126,7 @@ class Completer:
         """Write the successes of runs that returned nothing; (run, outcome)
         for each. Where some came from a limited claim, the write hands their
         keys' slots on to the keys' next jobs (see Producer.write_handing_on)."""
-        ids = [run.claimed.id for run in runs]
-        if self.hand_on is not None and any(run.claim.limited for run in runs):
-            written = self.hand_on(ids, None)
-        else:
-            written = self.store.record_successes(self.claimant, ids)
-        return [(run, "succeeded" if run.claimed.id in written else "lost") for run in runs]
+        return self._write_successes(runs, hand_on=True, outputs=False)
 
     def _record_with_outputs(self, runs: list[Run]) -> list[tuple[Run, str]]:
         """Write the successes of runs that returned a value, with their
@@ -143,7 +138,7 @@ class Completer:
         one refused without its output. Where some came from a limited claim,
         the write hands their keys' slots on, as _record_successes does."""
         try:
-            return self._write_with_outputs(runs, hand_on=True)
+            return self._write_successes(runs, hand_on=True, outputs=True)
         except psycopg2.Error as exc:
             if not _refused(exc):
                 raise  # the database's state, not a value: written again later
@@ -160,7 +155,7 @@ class Completer:
         # stored by the latter, which hands nothing on.
         for hand_on in ((True, False) if run.claim.limited and self.hand_on else (False,)):
             try:
-                return self._write_with_outputs([run], hand_on)
+                return self._write_successes([run], hand_on, outputs=True)
             except psycopg2.Error as exc:
                 if not _refused(exc):
                     raise
@@ -169,16 +164,19 @@ class Completer:
         log.warning("worker %d: the database refused the output of job %d %s (%s); it"
                     " succeeded with its output empty", self.index, job.id, job.kind,
                     db.one_line(refused, self.config.database_url))
-        written = self.store.record_successes(self.claimant, [job.id])
-        return [(run, "succeeded" if job.id in written else "lost")]
+        return self._write_successes([run], hand_on=False, outputs=False)
 
-    def _write_with_outputs(self, runs: list[Run], hand_on: bool) -> list[tuple[Run, str]]:
+    def _write_successes(self, runs: list[Run], hand_on: bool,
+                         outputs: bool) -> list[tuple[Run, str]]:
+        """One statement writing these successes, with the runs' outputs or
+        without; through the hand-on when asked and some came from a limited
+        claim. (run, outcome) for each."""
         ids = [run.claimed.id for run in runs]
-        outputs = [run.output_json for run in runs]
+        values = [run.output_json for run in runs] if outputs else None
         if hand_on and self.hand_on is not None and any(run.claim.limited for run in runs):
-            written = self.hand_on(ids, outputs)
+            written = self.hand_on(ids, values)
         else:
-            written = self.store.record_successes(self.claimant, ids, outputs)
+            written = self.store.record_successes(self.claimant, ids, values)
         return [(run, "succeeded" if run.claimed.id in written else "lost") for run in runs]
 
     def _record_outcomes(self, runs: list[Run]) -> list[tuple[Run, str]]:

@@ -18,22 +18,13 @@ from pathlib import Path
 import port_for
 import pytest
 
-from tests.helpers import wait_until
+from tests.helpers import alive, wait_until
 from tests.supervisors import title_of
 
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 ADDRESS = re.compile(r"the dashboard: http://127\.0\.0\.1:\d+/ .*\(log: (\S+)\)")
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, exited but not yet reaped, does not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def children_of(pid: int) -> list[int]:

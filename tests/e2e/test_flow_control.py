@@ -11,12 +11,12 @@ import signal
 import socket
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from tests.apps.flow import PER_KEY, RATE
-from tests.helpers import TRANSITIONS_TABLE, most_at_once_per_key, running_spans, wait_until
+from tests.helpers import (TRANSITIONS_TABLE, alive, most_at_once_per_key, running_spans,
+                           wait_until)
 from tests.supervisors import NAIVE_LIMIT_CLI, cli
 
 FLEET = ("--workers", "4", "--concurrency", "8", "--app", "tests.apps.flow")
@@ -93,9 +93,7 @@ def _kill(pids, ended_at):
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass  # gone already (its runs are counted as the killed ones are)
-    wait_until(lambda: not any(os.path.exists(f"/proc/{pid}/status") and "zombie" not in
-                               open(f"/proc/{pid}/status").read() for pid in pids),
-               5, message="killed workers gone")
+    wait_until(lambda: not any(alive(pid) for pid in pids), 5, message="killed workers gone")
     ended_at.update({pid: None for pid in pids})
 
 
@@ -251,13 +249,6 @@ class Relay(threading.Thread):
         self.listener.close()
 
 
-def _gone(pid):
-    try:
-        return "zombie" in Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return True
-
-
 def _watch_ends(pids):
     """{pid: when it was first seen gone}, filled by a thread that looks
     every 10 ms for up to a minute."""
@@ -267,7 +258,7 @@ def _watch_ends(pids):
         deadline = time.monotonic() + 60
         while len(ended_at) < len(pids) and time.monotonic() < deadline:
             for pid in pids:
-                if pid not in ended_at and _gone(pid):
+                if pid not in ended_at and not alive(pid):
                     ended_at[pid] = datetime.datetime.now(datetime.timezone.utc)
             time.sleep(0.01)
     threading.Thread(target=watch, daemon=True).start()

@@ -8,11 +8,10 @@ and tests/apps/sample.py's.
 """
 
 import json
-from pathlib import Path
 
 import pytest
 
-from tests.helpers import enqueue, state_of, wait_until
+from tests.helpers import alive, enqueue, state_of, wait_until
 
 HOSTILE_APP = ("--app", "tests.apps.hostile")
 
@@ -95,14 +94,6 @@ def test_an_async_handler_that_holds_the_loop_is_logged_with_its_kind_and_id(
     assert f"job {quick} " not in line
 
 
-def _gone(pid: int) -> bool:
-    """Exited: reaped, or a zombie waiting for its parent."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return True
-
-
 @pytest.mark.parametrize("kind", ["hostile_forks", "hostile_forks_async"])
 def test_a_process_a_handler_forks_ends_where_it_returns_from_the_handler(
         executions, start_supervisor, tmp_path, kind):
@@ -114,7 +105,7 @@ def test_a_process_a_handler_forks_ends_where_it_returns_from_the_handler(
                        max_attempts=1)
     wait_until(lambda: state_of(executions, job_id) == "succeeded", 10)
     child = int(wait_until(lambda: pid_file.exists() and pid_file.read_text(), 5))
-    wait_until(lambda: _gone(child), 5, message=f"the forked process {child} to end")
+    wait_until(lambda: not alive(child), 5, message=f"the forked process {child} to end")
     later = enqueue(executions, "record", count=8)
     wait_until(lambda: all(state_of(executions, j) == "succeeded" for j in later), 10)
     assert executions.value("SELECT count(*) FROM test_executions WHERE job_id = %s",

@@ -11,7 +11,8 @@ import time
 import pytest
 
 from tests.apps.limited import THROTTLED_MAX_RUNNING
-from tests.helpers import TRANSITIONS_TABLE, Sql, most_at_once, running_spans, wait_until
+from tests.helpers import (TRANSITIONS_TABLE, Sql, alive, most_at_once, running_spans,
+                           wait_until)
 from tests.supervisors import NAIVE_LIMIT_CLI, cli
 
 
@@ -86,7 +87,7 @@ def _spans(sql, kind, killed_at):
 def _kill(sql, pids, killed_at):
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
-    wait_until(lambda: not any(_alive(pid) for pid in pids), 5, message="killed workers gone")
+    wait_until(lambda: not any(alive(pid) for pid in pids), 5, message="killed workers gone")
     now = sql.value("SELECT clock_timestamp()")
     killed_at.update({pid: now for pid in pids})
 
@@ -179,13 +180,3 @@ def test_negative_control_two_fleets_with_a_claim_that_counts_without_the_lock_o
         if most_at_once(spans) > THROTTLED_MAX_RUNNING:
             return
     pytest.fail("three runs of two naive fleets without an overshoot: the test cannot catch one")
-
-
-def _alive(pid):
-    """Whether the process still runs: its supervisor may reap it (and its
-    /proc entry go) at any moment, between a look and a read too."""
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            return "zombie" not in status.read()
-    except FileNotFoundError:
-        return False
