@@ -727,7 +727,7 @@ ORDER BY c.priority, c.run_at, c.id;
 -- with a claimant and a lease is running (the table's CHECK
 -- job_queue_claim_consistent), and the fence says so without naming the
 -- state: with `state = 'running'` the prepared statement's generic plan
--- could read job_queue_leases, every running row of every worker, and
+-- could read job_queue_running, every running row of every worker, and
 -- compare each with every id of the array (see record_successes).
 UPDATE job_queue
 SET lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_seconds)s)
@@ -743,7 +743,7 @@ RETURNING id, cancel_requested;
 -- does. Fenced as renew_leases is, on the claimant and a lease rather than
 -- on the state: the statistics of a table whose rows were all pending when
 -- last analysed put the running rows at one, and a generic plan fenced on
--- the state takes job_queue_leases for the cheapest path to them, reading
+-- the state takes job_queue_running for the cheapest path to them, reading
 -- every running row of the fleet for each write and comparing it with each
 -- of the write's ids. Through the primary key, each id is one probe.
 UPDATE job_queue
