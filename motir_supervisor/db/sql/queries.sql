@@ -843,13 +843,12 @@ WITH returned AS MATERIALIZED (
     FOR UPDATE
 ), keys AS (
     SELECT k.kind, k.key,
-           least(k.ended, h.per_key - (
+           least(k.ended, h.per_key + k.ended - (
                SELECT count(*)
                FROM (SELECT FROM job_queue AS r
                      WHERE r.state = 'running' AND r.concurrency_key IS NOT NULL
                        AND r.kind = k.kind AND r.concurrency_key = k.key
-                       AND r.id <> ALL (ARRAY(SELECT id FROM mine))
-                     LIMIT h.per_key) AS running)) AS room
+                     LIMIT h.per_key + k.ended) AS running)) AS room
     FROM (SELECT kind, key, count(*) AS ended FROM mine WHERE hands_on GROUP BY kind, key) AS k
     JOIN handing AS h ON h.kind = k.kind
 ), found AS (
