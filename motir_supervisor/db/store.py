@@ -262,8 +262,8 @@ class JobStore:
             "queues": list(queues) if queues else None,
             "outputs": outputs if outputs is not None else [None] * len(ids)},
             after="generic_plan")
-        return ({row[0] for row in rows if row[0] is not None},
-                [ClaimedJob._make(row[1:]) for row in rows if row[0] is None])
+        # The ids written come as one array, in the first row.
+        return set(rows[0][0]), [ClaimedJob._make(row[1:]) for row in rows[1:]]
 
     def record_outcomes_of(self, claimant: str,
                            outcomes: Sequence[Outcome]) -> list[tuple[int, str, str]]:

@@ -947,13 +947,13 @@ WITH returned AS MATERIALIZED (
               extract(epoch FROM clock_timestamp() - j.run_at)::float8 AS waited,
               j.trace_context
 )
--- The ids written, then the jobs claimed in the order they start.
-SELECT id, NULL::bigint, NULL, NULL, NULL, NULL::integer, NULL::integer, NULL::jsonb,
-       NULL::integer, NULL::float8, NULL::jsonb
-FROM ended
+-- The ids written, as one array in a first row, then the jobs claimed in
+-- the order they start.
+SELECT ARRAY(SELECT id FROM ended), NULL::bigint, NULL, NULL, NULL, NULL::integer,
+       NULL::integer, NULL::jsonb, NULL::integer, NULL::float8, NULL::jsonb
 UNION ALL
 SELECT *
-FROM (SELECT NULL::bigint, id, queue, kind, payload, attempts, max_attempts, checkpoint,
+FROM (SELECT NULL::bigint[], id, queue, kind, payload, attempts, max_attempts, checkpoint,
              priority, waited, trace_context
       FROM handed
       ORDER BY priority, run_at, id) AS h;
