@@ -852,10 +852,10 @@ WITH returned AS MATERIALIZED (
     FROM (SELECT kind, key, count(*) AS ended FROM mine WHERE hands_on GROUP BY kind, key) AS k
     JOIN handing AS h ON h.kind = k.kind
 ), found AS (
-    SELECT due.row, due.id, due.priority, due.run_at, k.kind, k.key, k.room
+    SELECT due.id, due.priority, due.run_at, k.kind, k.key, k.room
     FROM keys AS k
     CROSS JOIN LATERAL (
-        SELECT ctid AS row, id, priority, run_at
+        SELECT id, priority, run_at
         FROM job_queue
         WHERE state = 'pending' AND limited AND NOT parked AND concurrency_key IS NOT NULL
           AND kind = k.kind AND concurrency_key = k.key
@@ -868,10 +868,10 @@ WITH returned AS MATERIALIZED (
     ) AS due
     WHERE k.room > 0
     UNION ALL
-    SELECT due.row, due.id, due.priority, due.run_at, k.kind, k.key, k.room
+    SELECT due.id, due.priority, due.run_at, k.kind, k.key, k.room
     FROM keys AS k
     CROSS JOIN LATERAL (
-        SELECT ctid AS row, id, priority, run_at
+        SELECT id, priority, run_at
         FROM job_queue
         WHERE state = 'pending' AND parked
           AND kind = k.kind AND concurrency_key = k.key
@@ -886,8 +886,8 @@ WITH returned AS MATERIALIZED (
 ), chosen AS MATERIALIZED (
     -- Read without locks, then locked: only the rows taken are held, so
     -- that a freed slot's trigger skips none it could have brought back.
-    SELECT row, id, kind, key
-    FROM (SELECT row, id, kind, key, priority, run_at, room,
+    SELECT id, kind, key
+    FROM (SELECT id, kind, key, priority, run_at, room,
                  row_number() OVER (PARTITION BY kind, key ORDER BY priority, run_at, id) AS place
           FROM found) AS f
     WHERE place <= room
@@ -896,14 +896,11 @@ WITH returned AS MATERIALIZED (
 ), locked AS MATERIALIZED (
     -- Checked again once locked, as the read chose it (its latest version:
     -- still pending, due, of a queue served and not paused, of the same
-    -- kind and key, whose room was counted). Each is found by the version
-    -- the read saw (its ctid), not through the primary key: the lock
-    -- follows a row changed since to its latest version, which the checks
-    -- then see, and the update below finds it the same way.
-    SELECT c.row, c.id, c.kind, c.key
+    -- kind and key, whose room was counted).
+    SELECT c.id, c.kind, c.key
     FROM chosen AS c
     JOIN LATERAL (SELECT FROM job_queue AS q
-                  WHERE q.ctid = c.row AND q.id = c.id AND q.state = 'pending' AND q.limited
+                  WHERE q.id = c.id AND q.state = 'pending' AND q.limited
                     AND q.kind = c.kind AND q.concurrency_key = c.key
                     AND q.run_at <= now()
                     AND (%(queues)s::text[] IS NULL OR q.queue = ANY(%(queues)s::text[]))
@@ -941,7 +938,7 @@ WITH returned AS MATERIALIZED (
         lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_seconds)s),
         attempts = j.attempts + 1,
         started_at = clock_timestamp()
-    WHERE j.ctid = ANY(ARRAY(SELECT row FROM locked))
+    WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
     RETURNING j.id, j.queue, j.kind, j.payload::text AS payload, j.attempts, j.max_attempts,
               j.checkpoint, j.priority, j.run_at,
               extract(epoch FROM clock_timestamp() - j.run_at)::float8 AS waited,
