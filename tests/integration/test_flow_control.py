@@ -12,7 +12,7 @@ import pytest
 
 from motir_supervisor import db
 from tests.helpers import (LOCKING_AS_READ, hold_limited_claims, most_at_once_per_key,
-                           notifications, race, wakeup_listener)
+                           notifications, race, wait_until, wakeup_listener)
 
 PER_KEY = db.Limits(max_running_per_key=1)
 
@@ -528,6 +528,36 @@ def test_a_retry_is_a_start(sql, store):
 
 def _hand_on(store, claimant, jobs, room=10, queues=None):
     return store.record_successes_handing_on(claimant, [j.id for j in jobs], room, 30, queues)
+
+
+@pytest.mark.parametrize("change", ["another column", "brought back from the parked rows"])
+def test_a_next_row_changed_after_the_hand_ons_read_is_still_handed_on(
+        sql, store, database_url, change):
+    store.sync_limits({"a": PER_KEY})
+    (run,) = _insert(sql, "a", ["x"])
+    jobs, _ = store.claim_limited_jobs("c", 1, 30, None)
+    (following,) = _insert(sql, "a", ["x"])
+    if change != "another column":
+        sql.rows("UPDATE job_queue SET parked = true WHERE id = %s", (following,))
+    writer = db.JobStore(database_url)
+    _hand_on(writer, "c", [])  # connected and prepared
+    _slow_paused_queues(sql, 0.5)
+    result = {}
+    writing = threading.Thread(target=lambda: result.update(out=_hand_on(writer, "c", jobs)))
+    writing.start()
+    # The hand-on has read the next row (its snapshot is taken) and sleeps
+    # before it locks it.
+    wait_until(lambda: sql.value("SELECT count(*) FROM pg_stat_activity"
+                                 " WHERE wait_event = 'PgSleep'"), 5, 0.005)
+    if change == "another column":
+        sql.rows("UPDATE job_queue SET priority = priority WHERE id = %s", (following,))
+    else:  # as another key's freed slot does
+        sql.rows("UPDATE job_queue SET parked = false WHERE id = %s", (following,))
+    writing.join(10)
+    writer.close()
+    # Its latest version is still pending, due and of the key: it runs.
+    assert [j.id for j in result["out"][1]] == [following]
+    assert sql.value("SELECT state FROM job_queue WHERE id = %s", (following,)) == "running"
 
 
 def test_a_success_hands_its_keys_slot_to_the_keys_next_job(sql, store, database_url):
