@@ -1061,13 +1061,17 @@ WHERE id = ANY(%(ids)s::bigint[]);
 
 -- expire_stale_leases --
 -- Any number of supervisors run this at once: SKIP LOCKED hands each batch to
--- one of them, and nobody waits on a lock another reaper holds.
+-- one of them, and nobody waits on a lock another reaper holds. The batch
+-- is taken in the order of job_queue_running (migrations/0012), which holds
+-- the leases: the scan stops at the limit, where an order by lease alone
+-- would read and sort every expired row for each batch, over and over once
+-- a whole fleet's leases have lapsed.
 WITH stale AS MATERIALIZED (
     SELECT id
     FROM job_queue
     WHERE state = 'running'
       AND lease_expires_at < now()
-    ORDER BY lease_expires_at
+    ORDER BY kind, concurrency_key, lease_expires_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
