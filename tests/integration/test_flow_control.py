@@ -584,6 +584,23 @@ def test_a_success_hands_its_keys_slot_to_the_keys_next_job(sql, store, database
     listener.close()
 
 
+def test_a_key_hands_on_only_as_many_of_its_ended_runs_as_it_has_next_jobs(
+        sql, store, database_url):
+    store.sync_limits({"a": db.Limits(max_running_per_key=2)})
+    first, second, last = _insert(sql, "a", ["x", "x", "x"])
+    jobs, _ = store.claim_limited_jobs("c", 10, 30, None)
+    assert sorted(j.id for j in jobs) == [first, second]
+    listener = wakeup_listener(database_url)
+    written, handed = _hand_on(store, "c", jobs)
+    # Two runs ended and one job is left: one slot goes to it, the other
+    # frees, which wakes the workers.
+    assert written == {first, second} and [j.id for j in handed] == [last]
+    assert sql.value("SELECT count(*) FROM job_queue WHERE id IN (%s, %s) AND NOT limited",
+                     (first, second)) == 1
+    assert "*" in notifications(listener)
+    listener.close()
+
+
 def test_a_hand_on_takes_parked_rows_and_the_room_it_is_given(sql, store):
     store.sync_limits({"a": PER_KEY})
     ids = _insert(sql, "a", ["x", "y", "z", "x", "y", "z"])

@@ -842,17 +842,18 @@ WITH returned AS MATERIALIZED (
       AND lease_expires_at IS NOT NULL
     FOR UPDATE
 ), keys AS (
-    SELECT k.kind, k.key,
+    SELECT k.kind, k.key, k.ended_ids,
            least(k.ended, h.per_key + k.ended - (
                SELECT count(*)
                FROM (SELECT FROM job_queue AS r
                      WHERE r.state = 'running' AND r.concurrency_key IS NOT NULL
                        AND r.kind = k.kind AND r.concurrency_key = k.key
                      LIMIT h.per_key + k.ended) AS running)) AS room
-    FROM (SELECT kind, key, count(*) AS ended FROM mine WHERE hands_on GROUP BY kind, key) AS k
+    FROM (SELECT kind, key, count(*) AS ended, array_agg(id) AS ended_ids
+          FROM mine WHERE hands_on GROUP BY kind, key) AS k
     JOIN handing AS h ON h.kind = k.kind
 ), found AS (
-    SELECT due.id, due.priority, due.run_at, k.kind, k.key, k.room
+    SELECT due.id, due.priority, due.run_at, k.kind, k.key, k.room, k.ended_ids
     FROM keys AS k
     CROSS JOIN LATERAL (
         SELECT id, priority, run_at
@@ -868,7 +869,7 @@ WITH returned AS MATERIALIZED (
     ) AS due
     WHERE k.room > 0
     UNION ALL
-    SELECT due.id, due.priority, due.run_at, k.kind, k.key, k.room
+    SELECT due.id, due.priority, due.run_at, k.kind, k.key, k.room, k.ended_ids
     FROM keys AS k
     CROSS JOIN LATERAL (
         SELECT id, priority, run_at
@@ -886,8 +887,10 @@ WITH returned AS MATERIALIZED (
 ), chosen AS MATERIALIZED (
     -- Read without locks, then locked: only the rows taken are held, so
     -- that a freed slot's trigger skips none it could have brought back.
-    SELECT id, kind, key
-    FROM (SELECT id, kind, key, priority, run_at, room,
+    -- Each row taken is paired with the ended run of its key whose slot it
+    -- takes (`ending`): a key's room is never more than its ended runs.
+    SELECT id, kind, key, ended_ids[place] AS ending
+    FROM (SELECT id, kind, key, priority, run_at, room, ended_ids,
                  row_number() OVER (PARTITION BY kind, key ORDER BY priority, run_at, id) AS place
           FROM found) AS f
     WHERE place <= room
@@ -897,7 +900,7 @@ WITH returned AS MATERIALIZED (
     -- Checked again once locked, as the read chose it (its latest version:
     -- still pending, due, of a queue served and not paused, of the same
     -- kind and key, whose room was counted).
-    SELECT c.id, c.kind, c.key
+    SELECT c.id, c.kind, c.key, c.ending
     FROM chosen AS c
     JOIN LATERAL (SELECT FROM job_queue AS q
                   WHERE q.id = c.id AND q.state = 'pending' AND q.limited
@@ -907,17 +910,6 @@ WITH returned AS MATERIALIZED (
                     AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
                          OR q.queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
                   FOR UPDATE SKIP LOCKED) AS still ON true
-), handed_on AS (
-    -- As many ended runs of each key as it has next jobs: the ended runs
-    -- and the next jobs of a key, numbered apart, in one sort.
-    SELECT id
-    FROM (SELECT id, ended,
-                 row_number() OVER (PARTITION BY kind, key, ended ORDER BY id) AS place,
-                 count(*) FILTER (WHERE NOT ended) OVER (PARTITION BY kind, key) AS next
-          FROM (SELECT id, kind, key, true AS ended FROM mine WHERE hands_on
-                UNION ALL
-                SELECT id, kind, key, false FROM locked) AS both_sides) AS numbered
-    WHERE ended AND place <= next
 ), ended AS (
     UPDATE job_queue
     SET state = 'succeeded',
@@ -927,7 +919,9 @@ WITH returned AS MATERIALIZED (
         lease_expires_at = NULL,
         output = coalesce((SELECT r.output::jsonb FROM returned AS r WHERE r.id = job_queue.id),
                           output),
-        limited = limited AND id <> ALL (ARRAY(SELECT id FROM handed_on))
+        -- Hashed once, where `<> ALL` of an array compares each run with
+        -- every id of it.
+        limited = limited AND id NOT IN (SELECT ending FROM locked)
     WHERE id = ANY(ARRAY(SELECT id FROM mine))
     RETURNING id
 ), handed AS (
