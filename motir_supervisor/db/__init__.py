@@ -21,11 +21,11 @@ from .enqueueing import NewJob, UNIQUE_KEY_TRIES, encode_payload, enqueue_jobs
 from .limits import Limits
 from .statements import PREPARED, QUERIES, Migration, load_migrations, prepared_form
 from .store import (ANY_QUEUE, CONNECTION_ERRORS, STATES, WAKEUP_CHANNEL, ClaimedJob, JobStore,
-                    Outcome)
+                    Outcome, generations_of)
 
 __all__ = [
     "ANY_QUEUE", "CONNECTION_ERRORS", "ClaimedJob", "JobStore", "Limits", "Migration", "NewJob",
     "Outcome", "PREPARED", "QUERIES", "STATES", "UNIQUE_KEY_TRIES", "WAKEUP_CHANNEL", "connect",
-    "describe_dsn", "encode_payload", "enqueue_jobs", "load_migrations", "one_line",
-    "prepared_form", "scrub",
+    "describe_dsn", "encode_payload", "enqueue_jobs", "generations_of", "load_migrations",
+    "one_line", "prepared_form", "scrub",
 ]

@@ -67,6 +67,19 @@ class ClaimedJob(NamedTuple):
     waited: float = 0.0
     #: The row's trace_context (see tracing), or None.
     trace_context: Any = None
+    #: The generation of its kind's limits the claim saw (migrations/0013),
+    #: handed back when the run ends; None for a job of the regular lane.
+    generation: int | None = None
+
+
+def generations_of(jobs: Iterable[ClaimedJob]) -> dict[str, int | None]:
+    """Each kind's generation among these jobs: None for a kind whose jobs
+    came with different ones (or none)."""
+    found: dict[str, int | None] = {}
+    for job in jobs:
+        seen = found.get(job.kind, job.generation)
+        found[job.kind] = job.generation if seen == job.generation else None
+    return found
 
 
 class Outcome(NamedTuple):
@@ -201,7 +214,8 @@ class JobStore:
             "claimant": claimant, "limit": limit, "lease_seconds": lease_seconds,
             "queues": list(queues) if queues else None,
         })
-        return [ClaimedJob._make((*row[:8], *row[9:])) for row in rows], bool(rows) and rows[0][8]
+        return ([ClaimedJob._make((*row[:8], *row[9:], None)) for row in rows],
+                bool(rows) and rows[0][8])
 
     def claim_limited_jobs(self, claimant: str, limit: int, lease_seconds: float,
                            queues: Sequence[str] | None,
@@ -251,16 +265,21 @@ class JobStore:
 
     def record_successes_handing_on(self, claimant: str, ids: list[int], room: int,
                                     lease_seconds: float, queues: Sequence[str] | None,
-                                    outputs: list[str | None] | None = None
+                                    outputs: list[str | None] | None = None,
+                                    generations: dict[str, int | None] | None = None
                                     ) -> tuple[set[int], list[ClaimedJob]]:
         """record_successes that also claims, up to ``room``, the next due job
         of each key whose run succeeded, for the kinds limited per key only:
         (the ids written, the jobs claimed). ``outputs`` as record_successes
-        takes them."""
+        takes them; ``generations``: each kind's generation as the claims of
+        these runs gave it (see generations_of), None or missing where not
+        known, which the statement then counts."""
+        generations = generations or {}
         rows = self._run("record_successes_handing_on", {
             "claimant": claimant, "ids": ids, "room": room, "lease_seconds": lease_seconds,
             "queues": list(queues) if queues else None,
-            "outputs": outputs if outputs is not None else [None] * len(ids)},
+            "outputs": outputs if outputs is not None else [None] * len(ids),
+            "kinds": list(generations), "generations": list(generations.values())},
             after="generic_plan")
         # The ids written come as one array, in the first row.
         return set(rows[0][0]), [ClaimedJob._make(row[1:]) for row in rows[1:]]

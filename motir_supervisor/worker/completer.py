@@ -60,7 +60,8 @@ class Completer:
         self._to_release: list[Run] = []
         #: Writes successes of limited runs and claims what they hand on:
         #: the producer's (it holds what is claimed).
-        self.hand_on: Callable[[list[int], list[str | None] | None], set[int]] | None = None
+        self.hand_on: Callable[[list[int], list[str | None] | None, dict[str, int | None]],
+                               set[int]] | None = None
 
     def add_ended(self, runs: list[Run], since: float) -> None:
         """Runs the executor ended, the first of them at ``since``."""
@@ -174,7 +175,7 @@ class Completer:
         ids = [run.claimed.id for run in runs]
         values = [run.output_json for run in runs] if outputs else None
         if hand_on and self.hand_on is not None and any(run.claim.limited for run in runs):
-            written = self.hand_on(ids, values)
+            written = self.hand_on(ids, values, db.generations_of(run.claimed for run in runs))
         else:
             written = self.store.record_successes(self.claimant, ids, values)
         return [(run, "succeeded" if run.claimed.id in written else "lost") for run in runs]

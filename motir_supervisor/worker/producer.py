@@ -266,12 +266,13 @@ class Producer:
         self._take(jobs, claim)
         return len(jobs), more_due
 
-    def write_handing_on(self, ids: list[int],
-                         outputs: list[str | None] | None = None) -> set[int]:
+    def write_handing_on(self, ids: list[int], outputs: list[str | None] | None = None,
+                         generations: dict[str, int | None] | None = None) -> set[int]:
         """Write the successes of these runs, some of them of limited kinds,
         with their ``outputs`` if given (as db.JobStore.record_successes takes
-        them), claiming the next due job of each key whose run succeeded
-        (kinds limited per key only; see
+        them) and the ``generations`` their claims gave them (see
+        db.generations_of), claiming the next due job of each key whose run
+        succeeded (kinds limited per key only; see
         db.JobStore.record_successes_handing_on): such a key's next job waits
         for no claim. The ids written.
 
@@ -288,7 +289,8 @@ class Producer:
         self._claim_in_doubt = True
         try:
             written, jobs = self.store.record_successes_handing_on(
-                self.claimant, ids, room, self.config.lease_seconds, self.queues, outputs)
+                self.claimant, ids, room, self.config.lease_seconds, self.queues, outputs,
+                generations)
         except psycopg2.Error as exc:
             if exc.pgcode is not None:
                 # The server refused the statement (a value it cannot store,

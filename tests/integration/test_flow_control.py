@@ -527,7 +527,10 @@ def test_a_retry_is_a_start(sql, store):
 
 
 def _hand_on(store, claimant, jobs, room=10, queues=None):
-    return store.record_successes_handing_on(claimant, [j.id for j in jobs], room, 30, queues)
+    """As a worker writes these runs' successes: with the generations their
+    claims gave them."""
+    return store.record_successes_handing_on(claimant, [j.id for j in jobs], room, 30, queues,
+                                             generations=db.generations_of(jobs))
 
 
 @pytest.mark.parametrize("change", ["another column", "brought back from the parked rows"])
@@ -647,6 +650,73 @@ def test_a_hand_on_leaves_a_lowered_limit_to_be_reached(sql, store):
     assert _hand_on(store, "c1", first)[1] == []
     assert len(_hand_on(store, "c2", second)[1]) == 1
     assert sql.value("SELECT count(*) FROM job_queue WHERE state = 'running'") == 1
+
+
+def _generation(sql, kind="a"):
+    return sql.value("SELECT generation FROM job_queue_limits WHERE kind = %s", (kind,))
+
+
+def test_a_job_comes_with_the_generation_of_its_kinds_limits(sql, store):
+    store.sync_limits({"a": PER_KEY})
+    _insert(sql, "a", ["x", "x", None])
+    first = _generation(sql)
+    jobs, _ = store.claim_limited_jobs("c", 10, 30, None)
+    assert [j.generation for j in jobs] == [first]
+    keyless, _ = store.claim_due_jobs("c", 10, 30, None)
+    assert [j.generation for j in keyless] == [None]
+    assert [j.generation for j in _hand_on(store, "c", jobs)[1]] == [first]
+    # Writing the same limits, or moving the walk's cursor, leaves it.
+    store.sync_limits({"a": PER_KEY})
+    sql.rows("UPDATE job_queue_limits SET key_cursor = 'x', updated_at = now()")
+    assert _generation(sql) == first
+    # Any change of a limit, from a worker's registry or from SQL, starts
+    # another, never one used before.
+    store.sync_limits({"a": db.Limits(max_running_per_key=2)})
+    second = _generation(sql)
+    sql.rows("UPDATE job_queue_limits SET max_running_per_key = 1")
+    third = _generation(sql)
+    sql.rows("DELETE FROM job_queue_limits")
+    sql.rows("INSERT INTO job_queue_limits (kind, max_running_per_key) VALUES ('a', 1)")
+    assert len({first, second, third, _generation(sql)}) == 4
+
+
+def _run_nobody_counted(sql, key):
+    """A running row of ``key`` written by hand: no claim counted it."""
+    sql.rows("INSERT INTO job_queue (kind, concurrency_key, state, locked_by, lease_expires_at,"
+             " attempts, started_at) VALUES ('a', %s, 'running', 'elsewhere',"
+             " now() + interval '1 minute', 1, now())", (key,))
+
+
+@pytest.mark.parametrize("given", ["the claim's", "none"])
+def test_a_hand_on_counts_a_keys_runs_unless_its_runs_generation_is_in_force(
+        sql, store, given):
+    store.sync_limits({"a": PER_KEY})
+    _insert(sql, "a", ["x", "x"])
+    jobs, _ = store.claim_limited_jobs("c", 10, 30, None)
+    _run_nobody_counted(sql, "x")
+    generations = db.generations_of(jobs) if given == "the claim's" else None
+    _, handed = store.record_successes_handing_on("c", [j.id for j in jobs], 10, 30, None,
+                                                  generations=generations)
+    # Counted, the key is full (the run no claim counted); uncounted, the
+    # generation vouches for it.
+    assert len(handed) == (1 if given == "the claim's" else 0)
+
+
+@pytest.mark.parametrize("control", [False, True])
+def test_a_hand_on_after_the_limit_was_lowered_counts_the_keys_runs(sql, store, control):
+    store.sync_limits({"a": db.Limits(max_running_per_key=2)})
+    _insert(sql, "a", ["x"] * 4)
+    jobs, _ = store.claim_limited_jobs("c", 10, 30, None)
+    assert len(jobs) == 2
+    if control:
+        # The naive form: a generation that outlives a change of the limit.
+        sql.rows("ALTER TABLE job_queue_limits DISABLE TRIGGER job_queue_limits_changed")
+    sql.rows("UPDATE job_queue_limits SET max_running_per_key = 1")
+    # Two run where one may: the runs that end hand on only what brings
+    # the key back within its limit.
+    _hand_on(store, "c", jobs)
+    running = sql.value("SELECT count(*) FROM job_queue WHERE state = 'running'")
+    assert running == (2 if control else 1)
 
 
 @pytest.mark.parametrize("case", ["kind-wide limit", "rate limit", "paused", "other queue",
@@ -902,7 +972,7 @@ def _hand_on_in_two(store, claimant, ids):
     time.sleep(0.01)
     with store.conn.cursor() as cur:
         cur.execute(NAIVE_NEXT, {"claimant": claimant, "ids": ids})
-        return [db.ClaimedJob._make(row) for row in cur.fetchall()]
+        return [db.ClaimedJob(*row) for row in cur.fetchall()]
 
 
 def _claim_and_hold(url, variant, barrier):

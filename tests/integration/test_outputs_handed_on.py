@@ -43,7 +43,8 @@ def _completer(store):
         stop_check=lambda: False, ledger=entries, claims_left=100, store=store, claimant="c",
         config=types.SimpleNamespace(lease_seconds=30), queues=None, _claim_in_doubt=False,
         limited_batch_size=1, _take=lambda jobs, claim: None)
-    completer.hand_on = lambda ids, outputs: Producer.write_handing_on(producer, ids, outputs)
+    completer.hand_on = lambda ids, outputs, generations: Producer.write_handing_on(
+        producer, ids, outputs, generations)
     return completer, entries
 
 

@@ -332,7 +332,9 @@ SELECT pg_advisory_xact_lock(hashtext('motir_supervisor.limited_claims'));
 -- more_due: more could run than this claim took, or it parked rows or cut
 -- its walk of the keys short, or it took rows and passed over full keys in
 -- a head whose lane's keys it did not walk; it comes back even when
--- nothing was claimed.
+-- nothing was claimed. Each job comes with the generation of its kind's
+-- limits in this claim's snapshot (migrations/0013): what the worker hands
+-- back when the run ends (see record_successes_handing_on).
 WITH RECURSIVE clock AS MATERIALIZED (
     SELECT clock_timestamp() AS now
 ), kinds AS MATERIALIZED (
@@ -340,6 +342,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
     -- claim could take for a kind limited per key only.
     SELECT l.kind, l.max_running_per_key AS per_key, l.key_cursor, l.rate_limit,
            l.rate_seconds, l.max_running IS NOT NULL OR l.rate_limit IS NOT NULL AS strict,
+           l.generation,
            coalesce(least(l.max_running - (SELECT count(*) FROM job_queue AS r
                                            WHERE r.state = 'running' AND r.limited
                                              AND r.kind = l.kind),
@@ -716,7 +719,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
 )
 SELECT c.id, c.queue, c.kind, c.payload, c.attempts, c.max_attempts, c.checkpoint, c.priority,
        m.more_due, extract(epoch FROM (SELECT now FROM clock) - c.run_at)::float8 AS waited,
-       c.trace_context
+       c.trace_context, (SELECT k.generation FROM kinds AS k WHERE k.kind = c.kind)
 FROM more AS m
 LEFT JOIN claimed AS c ON true
 ORDER BY c.priority, c.run_at, c.id;
@@ -811,6 +814,16 @@ SET LOCAL plan_cache_mode = force_generic_plan;
 -- hands on only the room its other running rows leave it, as this
 -- statement's snapshot counts them: those can only be replaced one for
 -- one, or end, meanwhile, so a lowered limit is reached as its runs end.
+-- The count is skipped for a key whose ended runs all started under the
+-- generation of their kind's limits that this snapshot shows
+-- (migrations/0013; %(kinds)s and %(generations)s: each kind's generation
+-- as the claims of its runs said it, NULL where they differ or none did):
+-- its room is then those runs. Every run of a key that started
+-- under a generation was counted against its limits when it started (by
+-- a limited claim or a counting hand-on), or took the place of one of the
+-- same generation, one for one; so while the generation lasts, the key's
+-- running rows stay within its limit (a running row keeps its kind and
+-- key: migrations/0011). Any change of the limits starts a new one.
 --
 -- The runs are locked first, fenced as in record_successes, so that the
 -- write knows which of them hand their slots on: those leave running with
@@ -829,9 +842,12 @@ WITH returned AS MATERIALIZED (
     FROM unnest(%(ids)s::bigint[], %(outputs)s::text[]) AS o(id, output)
     WHERE o.output IS NOT NULL
 ), handing AS MATERIALIZED (
-    SELECT kind, max_running_per_key AS per_key
-    FROM job_queue_limits
-    WHERE max_running_per_key IS NOT NULL AND max_running IS NULL AND rate_limit IS NULL
+    SELECT l.kind, l.max_running_per_key AS per_key, l.generation,
+           coalesce(l.generation = g.generation, false) AS current
+    FROM job_queue_limits AS l
+    LEFT JOIN unnest(%(kinds)s::text[], %(generations)s::bigint[]) AS g(kind, generation)
+        ON g.kind = l.kind
+    WHERE l.max_running_per_key IS NOT NULL AND l.max_running IS NULL AND l.rate_limit IS NULL
 ), mine AS MATERIALIZED (
     SELECT id, kind, concurrency_key AS key,
            concurrency_key IS NOT NULL AND kind = ANY (ARRAY(SELECT kind FROM handing))
@@ -843,12 +859,13 @@ WITH returned AS MATERIALIZED (
     FOR UPDATE
 ), keys AS (
     SELECT k.kind, k.key, k.ended_ids,
-           least(k.ended, h.per_key + k.ended - (
-               SELECT count(*)
-               FROM (SELECT FROM job_queue AS r
-                     WHERE r.state = 'running' AND r.concurrency_key IS NOT NULL
-                       AND r.kind = k.kind AND r.concurrency_key = k.key
-                     LIMIT h.per_key + k.ended) AS running)) AS room
+           CASE WHEN h.current THEN k.ended
+                ELSE least(k.ended, h.per_key + k.ended - (
+                         SELECT count(*)
+                         FROM (SELECT FROM job_queue AS r
+                               WHERE r.state = 'running' AND r.concurrency_key IS NOT NULL
+                                 AND r.kind = k.kind AND r.concurrency_key = k.key
+                               LIMIT h.per_key + k.ended) AS running)) END AS room
     FROM (SELECT kind, key, count(*) AS ended, array_agg(id) AS ended_ids
           FROM mine WHERE hands_on GROUP BY kind, key) AS k
     JOIN handing AS h ON h.kind = k.kind
@@ -939,13 +956,14 @@ WITH returned AS MATERIALIZED (
               j.trace_context
 )
 -- The ids written, as one array in a first row, then the jobs claimed in
--- the order they start.
+-- the order they start, each with its kind's generation, as a claim's.
 SELECT ARRAY(SELECT id FROM ended), NULL::bigint, NULL, NULL, NULL, NULL::integer,
-       NULL::integer, NULL::jsonb, NULL::integer, NULL::float8, NULL::jsonb
+       NULL::integer, NULL::jsonb, NULL::integer, NULL::float8, NULL::jsonb, NULL::bigint
 UNION ALL
 SELECT *
 FROM (SELECT NULL::bigint[], id, queue, kind, payload, attempts, max_attempts, checkpoint,
-             priority, waited, trace_context
+             priority, waited, trace_context,
+             (SELECT g.generation FROM handing AS g WHERE g.kind = handed.kind)
       FROM handed
       ORDER BY priority, run_at, id) AS h;
 
