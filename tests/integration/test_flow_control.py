@@ -749,6 +749,29 @@ def test_a_hand_on_after_the_limit_was_lowered_counts_the_keys_runs(sql, store, 
     assert running == (2 if control else 1)
 
 
+def test_a_kind_with_a_run_no_limited_claim_started_is_counted_at_every_hand_on(
+        sql, store, database_url):
+    # A producer's REPEATABLE READ transaction takes its snapshot before the
+    # per-key limit appears and inserts after: its row is routed by the
+    # limits it sees, to the regular lane, whose claim runs it uncounted.
+    producer = psycopg2.connect(database_url)
+    producer.set_session(isolation_level="REPEATABLE READ")
+    with producer.cursor() as cur:
+        cur.execute("SELECT FROM job_queue LIMIT 1")
+    store.sync_limits({"a": PER_KEY})
+    [(stray, _)] = db.enqueue_jobs(producer, [db.NewJob("a", "{}", concurrency_key="x")])
+    producer.commit()
+    producer.close()
+    _insert(sql, "a", ["x"] * 3)
+    jobs, _ = store.claim_limited_jobs("c", 10, 30, None)
+    assert [j.id for j in store.claim_due_jobs("c", 10, 30, None)[0]] == [stray]
+    assert sql.value("SELECT count(*) FROM job_queue WHERE state = 'running'") == 2
+    # The key runs two where one may, under the generation its limited run
+    # started in: its hand-on counts, and brings it back within its limit.
+    assert _hand_on(store, "c", jobs)[1] == []
+    assert sql.value("SELECT count(*) FROM job_queue WHERE state = 'running'") == 1
+
+
 @pytest.mark.parametrize("case", ["kind-wide limit", "rate limit", "paused", "other queue",
                                   "not due", "lost claim"])
 def test_what_a_success_does_not_hand_on(sql, store, case):

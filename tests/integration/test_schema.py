@@ -90,11 +90,15 @@ def test_a_prepared_statement_keeps_its_index_under_a_generic_plan(sql, name, pa
         assert "job_queue_running" not in plan, plan
 
 
-def test_a_running_row_is_in_one_index_beside_the_primary_key(sql):
+@pytest.mark.parametrize("key", [None, "limited per key", "of a kind without limits"])
+def test_a_running_row_is_in_one_index_beside_the_primary_key(sql, key):
     # Every index a row enters at its start is written at every start: the
-    # kind's count, the key's and the reaper share one.
+    # kind's count, the key's and the reaper share one. A key of a kind
+    # without limits is one more (see migrations/0013).
+    sql.rows("INSERT INTO job_queue_limits (kind, max_running_per_key) VALUES ('x', 1)")
     sql.rows("INSERT INTO job_queue (kind, concurrency_key, state, locked_by, lease_expires_at)"
-             " VALUES ('x', 'k', 'running', 'c', now() + interval '1 min')")
+             " VALUES (%s, %s, 'running', 'c', now() + interval '1 min')",
+             ("y" if key == "of a kind without limits" else "x", key and "k"))
     sql.rows("CREATE EXTENSION IF NOT EXISTS pageinspect")
     # Each index is one page at most yet, its root.
     entries = {name: sql.rows("SELECT CASE WHEN m.root = 0 THEN 0 ELSE"
@@ -102,8 +106,10 @@ def test_a_running_row_is_in_one_index_beside_the_primary_key(sql):
                               " FROM bt_metap(%s) AS m", (name, name))[0][0]
                for name, in sql.rows("SELECT indexrelid::regclass::text FROM pg_index"
                                      " WHERE indrelid = 'job_queue'::regclass")}
-    assert {name for name, count in entries.items() if count} == {
-        "job_queue_pkey", "job_queue_running"}, entries
+    expected = {"job_queue_pkey", "job_queue_running"}
+    if key == "of a kind without limits":
+        expected.add("job_queue_running_unlimited")
+    assert {name for name, count in entries.items() if count} == expected, entries
 
 
 def test_a_reaper_batch_reads_the_running_rows_index_as_far_as_its_limit(sql):

@@ -823,7 +823,10 @@ SET LOCAL plan_cache_mode = force_generic_plan;
 -- a limited claim or a counting hand-on), or took the place of one of the
 -- same generation, one for one; so while the generation lasts, the key's
 -- running rows stay within its limit (a running row keeps its kind and
--- key: migrations/0011). Any change of the limits starts a new one.
+-- key: migrations/0011). Any change of the limits starts a new one. A run
+-- no limited claim started (a row routed by limits its transaction's
+-- snapshot no longer showed, which the regular claim took) has `limited`
+-- false: while the kind has one, every key is counted.
 --
 -- The runs are locked first, fenced as in record_successes, so that the
 -- write knows which of them hand their slots on: those leave running with
@@ -845,7 +848,11 @@ WITH returned AS MATERIALIZED (
     WHERE o.output IS NOT NULL
 ), handing AS MATERIALIZED (
     SELECT l.kind, l.max_running_per_key AS per_key, l.generation,
-           coalesce(l.generation = g.generation, false) AS current,
+           coalesce(l.generation = g.generation, false)
+               AND NOT EXISTS (SELECT FROM job_queue AS u
+                               WHERE u.state = 'running' AND NOT u.limited
+                                 AND u.concurrency_key IS NOT NULL AND u.kind = l.kind)
+               AS current,
            EXISTS (SELECT FROM job_queue AS p
                    WHERE p.state = 'pending' AND p.parked AND p.kind = l.kind) AS parked
     FROM job_queue_limits AS l

@@ -24,3 +24,12 @@ CREATE TRIGGER job_queue_limits_changed
           IS DISTINCT FROM
           (NEW.max_running, NEW.max_running_per_key, NEW.rate_limit, NEW.rate_seconds))
     EXECUTE FUNCTION job_queue_limits_new_generation();
+
+-- The running rows with a key that no limited claim started: jobs of kinds
+-- without a limit, and the rare row routed by limits its transaction's
+-- snapshot no longer showed (a REPEATABLE READ transaction that began
+-- before the limit appeared), which the regular claim then ran uncounted.
+-- A kind limited per key with such a row is counted at every hand-on
+-- until it ends, whatever the generation says.
+CREATE INDEX job_queue_running_unlimited ON job_queue (kind)
+    WHERE state = 'running' AND NOT limited AND concurrency_key IS NOT NULL;
