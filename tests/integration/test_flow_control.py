@@ -616,36 +616,6 @@ def test_a_hand_on_takes_parked_rows_and_the_room_it_is_given(sql, store):
     assert [j.id for j in again] == [ids[5]]
 
 
-@pytest.mark.parametrize("parked", [False, True])
-def test_a_hand_on_passes_over_a_next_row_another_statement_holds(
-        sql, store, database_url, parked):
-    store.sync_limits({"a": PER_KEY})
-    run, held, following = _insert(sql, "a", ["x", "x", "x"])
-    jobs, _ = store.claim_limited_jobs("c", 10, 30, None)
-    if parked:
-        sql.rows("UPDATE job_queue SET parked = true WHERE id = %s", (following,))
-    holder = psycopg2.connect(database_url)
-    with holder.cursor() as cur:
-        cur.execute("SELECT FROM job_queue WHERE id = %s FOR UPDATE", (held,))
-    # A key none of whose rows is parked takes the next row nobody holds;
-    # one with parked rows leaves its slot to a claim.
-    handed = _hand_on(store, "c", jobs)[1]
-    holder.rollback()
-    holder.close()
-    assert [j.id for j in handed] == ([] if parked else [following])
-    assert sql.value("SELECT state FROM job_queue WHERE id = %s", (held,)) == "pending"
-
-
-def test_keys_with_and_without_parked_rows_hand_on_in_one_write(sql, store):
-    store.sync_limits({"a": PER_KEY})
-    ids = _insert(sql, "a", ["x", "y", "z", "x", "y", "z", "x"])
-    jobs, _ = store.claim_limited_jobs("c", 10, 30, None)
-    sql.rows("UPDATE job_queue SET parked = true WHERE id IN (%s, %s)", (ids[4], ids[6]))
-    written, handed = _hand_on(store, "c", jobs)
-    assert len(written) == 3 and sorted(j.id for j in handed) == ids[3:6]
-    assert sql.value("SELECT count(*) FROM job_queue WHERE state = 'running'") == 3
-
-
 def test_a_hand_on_writes_the_values_the_runs_returned(sql, store):
     store.sync_limits({"a": PER_KEY})
     x, y, x_next, y_next = _insert(sql, "a", ["x", "y", "x", "y"])

@@ -831,11 +831,9 @@ SET LOCAL plan_cache_mode = force_generic_plan;
 -- The runs are locked first, fenced as in record_successes, so that the
 -- write knows which of them hand their slots on: those leave running with
 -- `limited` false, which tells the slot-freed trigger (migrations/0008)
--- that no slot freed; the others free theirs as any run does. A key none
--- of whose rows is parked takes the first rows of its lane, locked as they
--- are read (quick); the other keys' next rows are looked for in the lane
--- and among the parked rows, each through its index of the key's rows in
--- due order, ranked together, and locked once chosen.
+-- that no slot freed; the others free theirs as any run does. The next row
+-- is looked for in the lane and among the parked rows, each through its
+-- index of the key's rows in due order.
 --
 -- %(outputs)s: each id's return value as JSON text, NULL where the run
 -- returned none, as record_successes_with_output stores them. Each is read
@@ -852,9 +850,7 @@ WITH returned AS MATERIALIZED (
                AND NOT EXISTS (SELECT FROM job_queue AS u
                                WHERE u.state = 'running' AND NOT u.limited
                                  AND u.concurrency_key IS NOT NULL AND u.kind = l.kind)
-               AS current,
-           EXISTS (SELECT FROM job_queue AS p
-                   WHERE p.state = 'pending' AND p.parked AND p.kind = l.kind) AS parked
+               AS current
     FROM job_queue_limits AS l
     LEFT JOIN unnest(%(kinds)s::text[], %(generations)s::bigint[]) AS g(kind, generation)
         ON g.kind = l.kind
@@ -876,41 +872,11 @@ WITH returned AS MATERIALIZED (
                          FROM (SELECT FROM job_queue AS r
                                WHERE r.state = 'running' AND r.concurrency_key IS NOT NULL
                                  AND r.kind = k.kind AND r.concurrency_key = k.key
-                               LIMIT h.per_key + k.ended) AS running)) END AS room,
-           h.parked AND EXISTS (SELECT FROM job_queue AS p
-                                WHERE p.state = 'pending' AND p.parked
-                                  AND p.kind = k.kind AND p.concurrency_key = k.key) AS parked
+                               LIMIT h.per_key + k.ended) AS running)) END AS room
     FROM (SELECT kind, key, count(*) AS ended, array_agg(id) AS ended_ids
           FROM mine WHERE hands_on GROUP BY kind, key) AS k
     JOIN handing AS h ON h.kind = k.kind
-), quick AS MATERIALIZED (
-    -- When the room given covers every key's, a key none of whose rows is
-    -- parked locks the first rows of its lane as it reads them, as many as
-    -- its room, passing over rows another statement holds: every row it
-    -- locks is taken, and checked again once locked (the read's conditions,
-    -- on its latest version). One probe of the lane a row, where a read
-    -- and then a lock would take two.
-    SELECT next.id, k.kind, k.key, k.ended_ids[next.place] AS ending
-    FROM keys AS k
-    CROSS JOIN LATERAL (
-        SELECT id, row_number() OVER () AS place
-        FROM (SELECT id
-              FROM job_queue
-              WHERE state = 'pending' AND limited AND NOT parked
-                AND concurrency_key IS NOT NULL
-                AND kind = k.kind AND concurrency_key = k.key
-                AND run_at <= now()
-                AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-                AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
-                     OR queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
-              ORDER BY priority, run_at, id
-              LIMIT k.room
-              FOR UPDATE SKIP LOCKED) AS lane
-    ) AS next
-    WHERE k.room > 0 AND NOT k.parked
-      AND (SELECT coalesce(sum(room), 0) FROM keys) <= %(room)s
 ), found AS (
-    -- The other keys' rows in due order, from the lane and the parked rows.
     SELECT due.id, due.priority, due.run_at, k.kind, k.key, k.room, k.ended_ids
     FROM keys AS k
     CROSS JOIN LATERAL (
@@ -925,7 +891,7 @@ WITH returned AS MATERIALIZED (
         ORDER BY priority, run_at, id
         LIMIT k.room
     ) AS due
-    WHERE k.room > 0 AND (k.parked OR (SELECT coalesce(sum(room), 0) FROM keys) > %(room)s)
+    WHERE k.room > 0
     UNION ALL
     SELECT due.id, due.priority, due.run_at, k.kind, k.key, k.room, k.ended_ids
     FROM keys AS k
@@ -941,7 +907,7 @@ WITH returned AS MATERIALIZED (
         ORDER BY priority, run_at, id
         LIMIT k.room
     ) AS due
-    WHERE k.room > 0 AND (k.parked OR (SELECT coalesce(sum(room), 0) FROM keys) > %(room)s)
+    WHERE k.room > 0
 ), chosen AS MATERIALIZED (
     -- Read without locks, then locked: only the rows taken are held, so
     -- that a freed slot's trigger skips none it could have brought back.
@@ -968,10 +934,6 @@ WITH returned AS MATERIALIZED (
                     AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
                          OR q.queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
                   FOR UPDATE SKIP LOCKED) AS still ON true
-), taken AS (
-    SELECT id, ending FROM quick
-    UNION ALL
-    SELECT id, ending FROM locked
 ), ended AS (
     UPDATE job_queue
     SET state = 'succeeded',
@@ -983,7 +945,7 @@ WITH returned AS MATERIALIZED (
                           output),
         -- Hashed once, where `<> ALL` of an array compares each run with
         -- every id of it.
-        limited = limited AND id NOT IN (SELECT ending FROM taken)
+        limited = limited AND id NOT IN (SELECT ending FROM locked)
     WHERE id = ANY(ARRAY(SELECT id FROM mine))
     RETURNING id
 ), handed AS (
@@ -994,7 +956,7 @@ WITH returned AS MATERIALIZED (
         lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_seconds)s),
         attempts = j.attempts + 1,
         started_at = clock_timestamp()
-    WHERE j.id = ANY(ARRAY(SELECT id FROM taken))
+    WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
     RETURNING j.id, j.queue, j.kind, j.payload::text AS payload, j.attempts, j.max_attempts,
               j.checkpoint, j.priority, j.run_at,
               extract(epoch FROM clock_timestamp() - j.run_at)::float8 AS waited,
