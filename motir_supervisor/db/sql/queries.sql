@@ -818,10 +818,10 @@ SET LOCAL plan_cache_mode = force_generic_plan;
 -- generation of their kind's limits that this snapshot shows
 -- (migrations/0013; %(kinds)s and %(generations)s: each kind's generation
 -- as the claims of its runs said it, NULL where they differ or none did):
--- its room is then those runs. Every run of a key that started
--- under a generation was counted against its limits when it started (by
--- a limited claim or a counting hand-on), or took the place of one of the
--- same generation, one for one; so while the generation lasts, the key's
+-- its room is then those runs. Every run of a key that started under a
+-- generation was counted against its limits when it started (by a limited
+-- claim or a counting hand-on), or took the place of one of the same
+-- generation, one for one; so while the generation lasts, the key's
 -- running rows stay within its limit (a running row keeps its kind and
 -- key: migrations/0011). Any change of the limits starts a new one. A run
 -- no limited claim started (a row routed by limits its transaction's
@@ -943,8 +943,8 @@ WITH returned AS MATERIALIZED (
         lease_expires_at = NULL,
         output = coalesce((SELECT r.output::jsonb FROM returned AS r WHERE r.id = job_queue.id),
                           output),
-        -- Hashed once, where `<> ALL` of an array compares each run with
-        -- every id of it.
+        -- NOT IN over the locked rows is hashed once; `<> ALL` of an array
+        -- would compare each run with every id of it.
         limited = limited AND id NOT IN (SELECT ending FROM locked)
     WHERE id = ANY(ARRAY(SELECT id FROM mine))
     RETURNING id
