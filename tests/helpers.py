@@ -144,6 +144,17 @@ CREATE TRIGGER test_record_transition AFTER UPDATE OF state ON job_queue FOR EAC
 """
 
 
+def wait_for_limits(sql: Sql, *kinds: str, timeout: float = 10) -> None:
+    """Wait until a fleet's worker has written the limits of ``kinds`` (it
+    writes its registry's when it starts). A row inserted before then takes
+    the regular lane and may start beside the limit, which counts it only
+    once written; so a test that asserts a limit at every instant enqueues
+    after this."""
+    wait_until(lambda: sql.value("SELECT count(*) FROM job_queue_limits WHERE kind = ANY(%s)",
+                                 (list(kinds),)) == len(kinds),
+               timeout, message=f"the limits of {', '.join(kinds)}")
+
+
 def running_spans(sql: Sql, kind: str) -> list[tuple[Any, Any, int]]:
     """(start, end, job id) of every time a job of ``kind`` was `running` in the
     database (TRANSITIONS_TABLE). A claim that takes a slot another run

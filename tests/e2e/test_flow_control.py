@@ -16,7 +16,7 @@ import pytest
 
 from tests.apps.flow import PER_KEY, RATE
 from tests.helpers import (TRANSITIONS_TABLE, alive, most_at_once_per_key, running_spans,
-                           wait_until)
+                           wait_for_limits, wait_until)
 from tests.supervisors import NAIVE_LIMIT_CLI, cli
 
 FLEET = ("--workers", "4", "--concurrency", "8", "--app", "tests.apps.flow")
@@ -103,6 +103,7 @@ def test_two_fleets_keep_per_key_and_rate_limits_through_kills_and_a_restart(
     first, second = start_supervisor(*FLEET), start_supervisor(*FLEET)
     first.wait_for_workers(4)
     second.wait_for_workers(4)
+    wait_for_limits(sql, "per_account", "partner_call")
     sql.rows(TRANSITIONS_TABLE)
     _enqueue_keyed(sql, 360)
     _enqueue_rated(sql, 60)
@@ -141,6 +142,7 @@ def test_keys_whose_runs_return_values_hand_their_slots_on(executions, start_sup
     sql = executions
     fleet = start_supervisor("--workers", "2", "--concurrency", "4", "--app", "tests.apps.flow")
     fleet.wait_for_workers(2)
+    wait_for_limits(sql, "account_report")
     jobs = 40
     # One value jsonb refuses, in the middle of a key's backlog.
     sql.rows("INSERT INTO job_queue (kind, concurrency_key, payload)"
@@ -164,6 +166,7 @@ def test_a_rate_limited_backlog_uses_its_allowance_and_idle_workers_wait_for_it(
     sql = executions
     for _ in range(2):
         start_supervisor(*FLEET).wait_for_workers(4)
+    wait_for_limits(sql, "partner_call")
     windows = 6
     _enqueue_rated(sql, RATE[0] * windows)
     wait_until(lambda: _all_succeeded(sql), 30, message="every job")
@@ -182,6 +185,8 @@ def test_negative_control_naive_fleets_overshoot_both_limits(
     for fleet in fleets:
         fleet.wait_for_workers(4)
     sql = executions
+    # The claim overshoots, not rows enqueued before the limits were written.
+    wait_for_limits(sql, "per_account", "partner_call")
     per_key_caught = rate_caught = False
     for _ in range(3):
         sql.rows("TRUNCATE test_executions")
@@ -278,6 +283,7 @@ def test_a_supervisor_whose_link_hangs_frees_no_key_twice(
                                    "--app", "tests.apps.flow", *lease,
                                    env={"DATABASE_URL": hung_url})
         cut_off.wait_for_workers(2)
+        wait_for_limits(sql, "per_account")
         # Every key's job runs on the fleet about to be cut off, long enough
         # to be running when the link hangs.
         _enqueue_keyed(sql, 4, sleep=30)

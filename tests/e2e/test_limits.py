@@ -12,7 +12,7 @@ import pytest
 
 from tests.apps.limited import THROTTLED_MAX_RUNNING
 from tests.helpers import (TRANSITIONS_TABLE, Sql, alive, most_at_once, running_spans,
-                           wait_until)
+                           wait_for_limits, wait_until)
 from tests.supervisors import NAIVE_LIMIT_CLI, cli
 
 
@@ -26,6 +26,7 @@ def test_a_worker_of_another_queue_takes_the_slot_a_run_freed(
                          "--queue", "b", "--app", "tests.apps.limited")
     a.wait_for_workers(1)
     b.wait_for_workers(1)
+    wait_for_limits(executions, "throttled")
     executions.rows("INSERT INTO job_queue (kind, queue, payload)"
                     " SELECT 'throttled', 'b', '{\"sleep\": 1.0}' FROM generate_series(1, %s)",
                     (THROTTLED_MAX_RUNNING,))
@@ -103,6 +104,7 @@ def test_two_fleets_keep_limits_unique_keys_and_schedules_through_kills_and_a_re
     first.wait_for_workers(4)
     second.wait_for_workers(4)
     sql = executions
+    wait_for_limits(sql, "throttled")
     sql.rows(TRANSITIONS_TABLE)
     sql.rows("INSERT INTO job_queue (kind) SELECT 'throttled' FROM generate_series(1, %s)",
              (THROTTLED_JOBS,))
@@ -168,6 +170,8 @@ def test_negative_control_two_fleets_with_a_claim_that_counts_without_the_lock_o
     fleets = [start_supervisor(*FLEET, entry=NAIVE_LIMIT_CLI) for _ in range(2)]
     for fleet in fleets:
         fleet.wait_for_workers(4)
+    # The claim overshoots, not rows enqueued before the limit was written.
+    wait_for_limits(executions, "throttled")
     executions.rows(TRANSITIONS_TABLE)
     for _ in range(3):
         executions.rows("TRUNCATE test_transitions")
