@@ -4,6 +4,7 @@ window, parked rows, what an idle worker waits for, the claim's cost with
 many keys, and forked claimants racing, with a negative control for each
 limit that a naive claim overshoots."""
 
+import datetime
 import threading
 import time
 
@@ -571,19 +572,62 @@ def test_a_success_hands_its_keys_slot_to_the_keys_next_job(sql, store, database
     assert sorted(j.id for j in jobs) == [k1, k2]
     listener = wakeup_listener(database_url)
     written, handed = _hand_on(store, "c", jobs)
-    # x's next job is this worker's, in the same write; y has none, and
-    # its slot frees, which wakes the workers.
+    # x's next job is this worker's, in the same write; y has none, and its
+    # slot frees with nothing of y's waiting: nobody is woken for it.
     assert written == {k1, k2} and [j.id for j in handed] == [k1_next]
     assert sql.rows("SELECT state, locked_by, attempts FROM job_queue WHERE id = %s",
                     (k1_next,)) == [("running", "c", 1)]
-    assert "*" in notifications(listener)
-    # Every slot handed on: nothing freed, nobody woken.
+    assert notifications(listener) == []
+    # Every slot handed on: nothing freed.
     written, handed = _hand_on(store, "c", handed)
     assert written == {k1_next} and [j.id for j in handed] == [k1_last]
     assert notifications(listener) == []
     assert sql.value("SELECT count(*) FROM job_queue WHERE state = 'running'") == 1
     written, handed = _hand_on(store, "c", handed)
-    assert written == {k1_last} and handed == [] and "*" in notifications(listener)
+    assert written == {k1_last} and handed == [] and notifications(listener) == []
+    listener.close()
+
+
+@pytest.mark.parametrize("waiting", ["not due yet", "left out by the room", "parked"])
+def test_a_slot_a_hand_on_frees_wakes_the_workers_for_a_job_of_its_key(
+        sql, store, database_url, waiting):
+    store.sync_limits({"a": PER_KEY})
+    x, y, x_next, y_next = _insert(sql, "a", ["x", "y", "x", "y"])
+    jobs, _ = store.claim_limited_jobs("c", 10, 30, None)
+    if waiting == "not due yet":
+        sql.rows("UPDATE job_queue SET run_at = now() + interval '1 hour' WHERE id = %s",
+                 (y_next,))
+    if waiting == "parked":
+        # y's slot also went to no one (the room), and its row was set aside.
+        sql.rows("UPDATE job_queue SET parked = true WHERE id = %s", (y_next,))
+    listener = wakeup_listener(database_url)
+    room = 10 if waiting == "not due yet" else 1
+    written, handed = _hand_on(store, "c", jobs, room=room)
+    assert written == {x, y} and [j.id for j in handed] == [x_next]
+    # y's slot frees, and its job waits: the workers are woken for it, and a
+    # parked one is back in the lane, where the next claim finds it.
+    assert "*" in notifications(listener)
+    assert not sql.value("SELECT parked FROM job_queue WHERE id = %s", (y_next,))
+    listener.close()
+    if waiting != "not due yet":
+        sql.rows("UPDATE job_queue_limits SET key_cursor = 'y'")
+        assert [j.id for j in store.claim_limited_jobs("c", 10, 30, None)[0]] == [y_next]
+
+
+@pytest.mark.parametrize("waiting", [False, True])
+def test_a_key_s_slot_that_frees_wakes_the_workers_only_for_a_job_of_its_key(
+        sql, store, database_url, waiting):
+    # Any run's end, as a failure, a lease taken over or a plain success
+    # frees it (the trigger of migrations/0014).
+    store.sync_limits({"a": PER_KEY})
+    [x] = _insert(sql, "a", ["x"])
+    jobs, _ = store.claim_limited_jobs("c", 10, 30, None)
+    if waiting:
+        _insert(sql, "a", ["x"], run_at=datetime.datetime(2100, 1, 1, tzinfo=datetime.timezone.utc))
+    listener = wakeup_listener(database_url)
+    _finish(store, "c", jobs)
+    assert sql.value("SELECT state FROM job_queue WHERE id = %s", (x,)) == "succeeded"
+    assert notifications(listener) == (["*"] if waiting else [])
     listener.close()
 
 
@@ -593,15 +637,12 @@ def test_a_key_hands_on_only_as_many_of_its_ended_runs_as_it_has_next_jobs(
     first, second, last = _insert(sql, "a", ["x", "x", "x"])
     jobs, _ = store.claim_limited_jobs("c", 10, 30, None)
     assert sorted(j.id for j in jobs) == [first, second]
-    listener = wakeup_listener(database_url)
     written, handed = _hand_on(store, "c", jobs)
     # Two runs ended and one job is left: one slot goes to it, the other
-    # frees, which wakes the workers.
+    # frees, which the next job of the key then takes at once.
     assert written == {first, second} and [j.id for j in handed] == [last]
-    assert sql.value("SELECT count(*) FROM job_queue WHERE id IN (%s, %s) AND NOT limited",
-                     (first, second)) == 1
-    assert "*" in notifications(listener)
-    listener.close()
+    [later] = _insert(sql, "a", ["x"])
+    assert [j.id for j in store.claim_limited_jobs("c", 10, 30, None)[0]] == [later]
 
 
 def test_a_hand_on_takes_parked_rows_and_the_room_it_is_given(sql, store):

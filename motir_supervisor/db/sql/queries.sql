@@ -807,13 +807,16 @@ SET LOCAL plan_cache_mode = force_generic_plan;
 -- in one transaction, so every snapshot sees either the first running or
 -- the second, never both and never neither: the key's running rows, and
 -- the kind's, count the same before and after. A limited claim counting
--- them (see claim_limited_jobs) sees as many as there will be. The next
--- row is locked as any claim locks it (FOR UPDATE SKIP LOCKED, its state,
--- kind and key checked again once locked), so no two statements take it,
--- nor one that another key's now. And a key
--- hands on only the room its other running rows leave it, as this
--- statement's snapshot counts them: those can only be replaced one for
--- one, or end, meanwhile, so a lowered limit is reached as its runs end.
+-- them (see claim_limited_jobs) sees as many as there will be. The runs
+-- are written first, fenced as in record_successes (a run whose lease was
+-- taken over is not written, and hands nothing on), and a key's room is
+-- the runs of it written. The next row is locked as any claim locks it
+-- (FOR UPDATE SKIP LOCKED, its state, kind and key checked again once
+-- locked), so no two statements take it, nor one that another key's now.
+-- And a key hands on only the room its other running rows leave it, as
+-- this statement's snapshot counts them (the runs just written among
+-- them): those can only be replaced one for one, or end, meanwhile, so a
+-- lowered limit is reached as its runs end.
 -- The count is skipped for a key whose ended runs all started under the
 -- generation of their kind's limits that this snapshot shows
 -- (migrations/0013; %(kinds)s and %(generations)s: each kind's generation
@@ -828,44 +831,53 @@ SET LOCAL plan_cache_mode = force_generic_plan;
 -- snapshot no longer showed, which the regular claim took) has `limited`
 -- false: while the kind has one, every key is counted.
 --
--- The runs are locked first, fenced as in record_successes, so that the
--- write knows which of them hand their slots on: those leave running with
--- `limited` false, which tells the slot-freed trigger (migrations/0008)
--- that no slot freed; the others free theirs as any run does. The next row
--- is looked for in the lane and among the parked rows, each through its
--- index of the key's rows in due order.
+-- The runs of such kinds leave running with `limited` false, which keeps
+-- the slot-freed trigger (migrations/0008) from firing for them; a key
+-- whose ended runs outnumber the jobs handed on gets what the trigger does
+-- from job_queue_key_slots_freed (migrations/0014), called once for all
+-- such keys after the next jobs are written. The next row is looked for in
+-- the lane and, where the kind has parked rows at all, among them, each
+-- through its index of the key's rows in due order, and the two merged.
 --
 -- %(outputs)s: each id's return value as JSON text, NULL where the run
 -- returned none, as record_successes_with_output stores them. Each is read
 -- as jsonb only by the write of its own row, once fenced: a value the
 -- database refuses fails the whole statement, which then writes nothing,
 -- and only a run still ours can.
-WITH returned AS MATERIALIZED (
-    SELECT o.id, o.output
-    FROM unnest(%(ids)s::bigint[], %(outputs)s::text[]) AS o(id, output)
-    WHERE o.output IS NOT NULL
-), handing AS MATERIALIZED (
+WITH handing AS MATERIALIZED (
     SELECT l.kind, l.max_running_per_key AS per_key, l.generation,
            coalesce(l.generation = g.generation, false)
                AND NOT EXISTS (SELECT FROM job_queue AS u
                                WHERE u.state = 'running' AND NOT u.limited
                                  AND u.concurrency_key IS NOT NULL AND u.kind = l.kind)
-               AS current
+               AS current,
+           EXISTS (SELECT FROM job_queue AS p
+                   WHERE p.state = 'pending' AND p.parked AND p.kind = l.kind) AS any_parked
     FROM job_queue_limits AS l
     LEFT JOIN unnest(%(kinds)s::text[], %(generations)s::bigint[]) AS g(kind, generation)
         ON g.kind = l.kind
     WHERE l.max_running_per_key IS NOT NULL AND l.max_running IS NULL AND l.rate_limit IS NULL
-), mine AS MATERIALIZED (
-    SELECT id, kind, concurrency_key AS key,
-           concurrency_key IS NOT NULL AND kind = ANY (ARRAY(SELECT kind FROM handing))
-               AS hands_on
-    FROM job_queue
-    WHERE id = ANY(%(ids)s::bigint[])
-      AND locked_by = %(claimant)s
-      AND lease_expires_at IS NOT NULL
-    FOR UPDATE
-), keys AS (
-    SELECT k.kind, k.key, k.ended_ids,
+), ended AS (
+    UPDATE job_queue AS j
+    SET state = 'succeeded',
+        finished_at = now(),
+        last_error = NULL,
+        locked_by = NULL,
+        lease_expires_at = NULL,
+        -- Whether any run returned a value is asked once, for the batch.
+        output = CASE WHEN (SELECT bool_or(o IS NOT NULL) FROM unnest(%(outputs)s::text[]) AS o)
+                      THEN coalesce(((%(outputs)s::text[])[
+                                        array_position(%(ids)s::bigint[], j.id)])::jsonb,
+                                    j.output)
+                      ELSE j.output END,
+        limited = j.limited AND NOT (j.concurrency_key IS NOT NULL
+                                     AND j.kind = ANY (ARRAY(SELECT kind FROM handing)))
+    WHERE j.id = ANY(%(ids)s::bigint[])
+      AND j.locked_by = %(claimant)s
+      AND j.lease_expires_at IS NOT NULL
+    RETURNING j.id, j.kind, j.concurrency_key AS key
+), keys AS MATERIALIZED (
+    SELECT k.kind, k.key, k.ended, h.any_parked,
            CASE WHEN h.current THEN k.ended
                 ELSE least(k.ended, h.per_key + k.ended - (
                          SELECT count(*)
@@ -873,58 +885,50 @@ WITH returned AS MATERIALIZED (
                                WHERE r.state = 'running' AND r.concurrency_key IS NOT NULL
                                  AND r.kind = k.kind AND r.concurrency_key = k.key
                                LIMIT h.per_key + k.ended) AS running)) END AS room
-    FROM (SELECT kind, key, count(*) AS ended, array_agg(id) AS ended_ids
-          FROM mine WHERE hands_on GROUP BY kind, key) AS k
+    FROM (SELECT kind, key, count(*) AS ended
+          FROM ended
+          WHERE key IS NOT NULL
+          GROUP BY kind, key) AS k
     JOIN handing AS h ON h.kind = k.kind
-), found AS (
-    SELECT due.id, due.priority, due.run_at, k.kind, k.key, k.room, k.ended_ids
-    FROM keys AS k
-    CROSS JOIN LATERAL (
-        SELECT id, priority, run_at
-        FROM job_queue
-        WHERE state = 'pending' AND limited AND NOT parked AND concurrency_key IS NOT NULL
-          AND kind = k.kind AND concurrency_key = k.key
-          AND run_at <= now()
-          AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-          AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
-               OR queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
-        ORDER BY priority, run_at, id
-        LIMIT k.room
-    ) AS due
-    WHERE k.room > 0
-    UNION ALL
-    SELECT due.id, due.priority, due.run_at, k.kind, k.key, k.room, k.ended_ids
-    FROM keys AS k
-    CROSS JOIN LATERAL (
-        SELECT id, priority, run_at
-        FROM job_queue
-        WHERE state = 'pending' AND parked
-          AND kind = k.kind AND concurrency_key = k.key
-          AND run_at <= now()
-          AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-          AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
-               OR queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
-        ORDER BY priority, run_at, id
-        LIMIT k.room
-    ) AS due
-    WHERE k.room > 0
 ), chosen AS MATERIALIZED (
     -- Read without locks, then locked: only the rows taken are held, so
     -- that a freed slot's trigger skips none it could have brought back.
-    -- Each row taken is paired with the ended run of its key whose slot it
-    -- takes (`ending`): a key's room is never more than its ended runs.
-    SELECT id, kind, key, ended_ids[place] AS ending
-    FROM (SELECT id, kind, key, priority, run_at, room, ended_ids,
-                 row_number() OVER (PARTITION BY kind, key ORDER BY priority, run_at, id) AS place
-          FROM found) AS f
-    WHERE place <= room
-    ORDER BY priority, run_at, id
+    SELECT due.id, k.kind, k.key
+    FROM keys AS k
+    CROSS JOIN LATERAL (
+        SELECT next.id, next.priority, next.run_at
+        FROM ((SELECT id, priority, run_at
+               FROM job_queue
+               WHERE state = 'pending' AND limited AND NOT parked AND concurrency_key IS NOT NULL
+                 AND kind = k.kind AND concurrency_key = k.key
+                 AND run_at <= now()
+                 AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+                 AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
+                      OR queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
+               ORDER BY priority, run_at, id
+               LIMIT k.room)
+              UNION ALL
+              (SELECT id, priority, run_at
+               FROM job_queue
+               WHERE k.any_parked AND state = 'pending' AND parked
+                 AND kind = k.kind AND concurrency_key = k.key
+                 AND run_at <= now()
+                 AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+                 AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
+                      OR queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
+               ORDER BY priority, run_at, id
+               LIMIT k.room)) AS next
+        ORDER BY next.priority, next.run_at, next.id
+        LIMIT k.room
+    ) AS due
+    WHERE k.room > 0
+    ORDER BY due.priority, due.run_at, due.id
     LIMIT %(room)s
 ), locked AS MATERIALIZED (
     -- Checked again once locked, as the read chose it (its latest version:
     -- still pending, due, of a queue served and not paused, of the same
     -- kind and key, whose room was counted).
-    SELECT c.id, c.kind, c.key, c.ending
+    SELECT c.id, c.kind, c.key
     FROM chosen AS c
     JOIN LATERAL (SELECT FROM job_queue AS q
                   WHERE q.id = c.id AND q.state = 'pending' AND q.limited
@@ -934,20 +938,6 @@ WITH returned AS MATERIALIZED (
                     AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
                          OR q.queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
                   FOR UPDATE SKIP LOCKED) AS still ON true
-), ended AS (
-    UPDATE job_queue
-    SET state = 'succeeded',
-        finished_at = now(),
-        last_error = NULL,
-        locked_by = NULL,
-        lease_expires_at = NULL,
-        output = coalesce((SELECT r.output::jsonb FROM returned AS r WHERE r.id = job_queue.id),
-                          output),
-        -- NOT IN over the locked rows is hashed once; `<> ALL` of an array
-        -- would compare each run with every id of it.
-        limited = limited AND id NOT IN (SELECT ending FROM locked)
-    WHERE id = ANY(ARRAY(SELECT id FROM mine))
-    RETURNING id
 ), handed AS (
     UPDATE job_queue AS j
     SET state = 'running',
@@ -961,18 +951,33 @@ WITH returned AS MATERIALIZED (
               j.checkpoint, j.priority, j.run_at,
               extract(epoch FROM clock_timestamp() - j.run_at)::float8 AS waited,
               j.trace_context
+), freed AS MATERIALIZED (
+    -- Each key's ended runs less its jobs handed on, asked for only when
+    -- they differ in all; after the jobs handed on are written (the count
+    -- of them, which the function waits for, is not used), so that the
+    -- parked rows it brings back are ones still waiting.
+    SELECT job_queue_key_slots_freed(array_agg(f.kind), array_agg(f.key), array_agg(f.slots))
+    FROM (SELECT kind, key, sum(n)::integer AS slots
+          FROM (SELECT kind, key, ended AS n FROM keys
+                UNION ALL
+                SELECT kind, key, -1 FROM locked) AS each_
+          GROUP BY kind, key
+          HAVING sum(n) > 0) AS f
+    WHERE (SELECT sum(ended) FROM keys) > (SELECT count(*) FROM locked)
+    HAVING count(*) > 0 AND (SELECT count(*) FROM handed) >= 0
 )
 -- The ids written, as one array in a first row, then the jobs claimed in
 -- the order they start, each with its kind's generation, as a claim's.
 SELECT ARRAY(SELECT id FROM ended), NULL::bigint, NULL, NULL, NULL, NULL::integer,
        NULL::integer, NULL::jsonb, NULL::integer, NULL::float8, NULL::jsonb, NULL::bigint
+FROM (SELECT count(*) FROM freed) AS woken
 UNION ALL
 SELECT *
-FROM (SELECT NULL::bigint[], id, queue, kind, payload, attempts, max_attempts, checkpoint,
-             priority, waited, trace_context,
-             (SELECT g.generation FROM handing AS g WHERE g.kind = handed.kind)
-      FROM handed
-      ORDER BY priority, run_at, id) AS h;
+FROM (SELECT NULL::bigint[], h.id, h.queue, h.kind, h.payload, h.attempts, h.max_attempts,
+             h.checkpoint, h.priority, h.waited, h.trace_context, g.generation
+      FROM handed AS h
+      JOIN handing AS g ON g.kind = h.kind
+      ORDER BY h.priority, h.run_at, h.id) AS h;
 
 -- record_outcomes --
 -- The outcomes of a batch of runs in one statement, each fenced on the claim:
