@@ -805,6 +805,39 @@ def test_what_a_success_does_not_hand_on(sql, store, case):
     assert sql.value("SELECT state FROM job_queue WHERE id = %s", (following,)) == "pending"
 
 
+def test_a_slot_freed_under_repeatable_read_wakes_the_workers_whatever_it_sees(
+        sql, store, database_url):
+    # SQL of one's own that ends a run, in a transaction whose snapshot
+    # predates the key's next job: its look would miss that job.
+    store.sync_limits({"a": PER_KEY})
+    [x] = _insert(sql, "a", ["x"])
+    jobs, _ = store.claim_limited_jobs("c", 10, 30, None)
+    own = psycopg2.connect(database_url)
+    own.set_session(isolation_level="REPEATABLE READ")
+    with own.cursor() as cur:
+        cur.execute("SELECT count(*) FROM job_queue")  # its snapshot
+        [following] = _insert(sql, "a", ["x"])
+        # The claim that job's insert woke finds x full.
+        assert store.claim_limited_jobs("w", 10, 30, None)[0] == []
+        listener = wakeup_listener(database_url)
+        cur.execute("UPDATE job_queue SET state = 'failed', locked_by = NULL,"
+                    " lease_expires_at = NULL, finished_at = now() WHERE id = %s", (x,))
+    own.commit()
+    own.close()
+    assert "*" in notifications(listener)
+    listener.close()
+    assert [j.id for j in store.claim_limited_jobs("w", 10, 30, None)[0]] == [following]
+
+
+def test_a_pending_row_given_a_key_wakes_the_workers(sql, store, database_url):
+    store.sync_limits({"a": PER_KEY})
+    [row] = _insert(sql, "a", [None])
+    listener = wakeup_listener(database_url)
+    sql.rows("UPDATE job_queue SET concurrency_key = 'x' WHERE id = %s", (row,))
+    assert "*" in notifications(listener)
+    listener.close()
+
+
 def test_a_freed_key_brings_its_first_parked_row_back_to_the_lane(sql, store):
     store.sync_limits({"a": PER_KEY})
     ids = _insert(sql, "a", ["x"] * 4)

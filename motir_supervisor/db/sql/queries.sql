@@ -841,9 +841,10 @@ SET LOCAL plan_cache_mode = force_generic_plan;
 --
 -- %(outputs)s: each id's return value as JSON text, NULL where the run
 -- returned none, as record_successes_with_output stores them. Each is read
--- as jsonb only by the write of its own row, once fenced: a value the
--- database refuses fails the whole statement, which then writes nothing,
--- and only a run still ours can.
+-- as jsonb only by the write of its own row: a value the database refuses
+-- fails the whole statement, which then writes nothing (the worker writes
+-- the runs again one by one, the refused value without its output; see
+-- worker/completer.py).
 WITH handing AS MATERIALIZED (
     SELECT l.kind, l.max_running_per_key AS per_key, l.generation,
            coalesce(l.generation = g.generation, false)
