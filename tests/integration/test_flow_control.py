@@ -829,12 +829,15 @@ def test_a_slot_freed_under_repeatable_read_wakes_the_workers_whatever_it_sees(
     assert [j.id for j in store.claim_limited_jobs("w", 10, 30, None)[0]] == [following]
 
 
-def test_a_pending_row_given_a_key_wakes_the_workers(sql, store, database_url):
+def test_a_pending_row_given_a_key_wakes_the_workers_of_its_queue(sql, store, database_url):
     store.sync_limits({"a": PER_KEY})
-    [row] = _insert(sql, "a", [None])
+    [row] = _insert(sql, "a", [None], queue="mail")
     listener = wakeup_listener(database_url)
     sql.rows("UPDATE job_queue SET concurrency_key = 'x' WHERE id = %s", (row,))
-    assert "*" in notifications(listener)
+    assert notifications(listener) == ["mail"]
+    # A change of anything else wakes nobody.
+    sql.rows("UPDATE job_queue SET priority = 5 WHERE id = %s", (row,))
+    assert notifications(listener) == []
     listener.close()
 
 
