@@ -14,7 +14,10 @@
 -- REPEATABLE READ would look with its first snapshot, and miss a row
 -- committed since, so there the workers are woken whatever it sees. The
 -- slot of a kind with a max_running or a rate limit wakes them as ever,
--- since any row of the kind may take it.
+-- since any row of the kind may take it. The look is written out here and
+-- in job_queue_key_slots_freed rather than shared as an SQL function: one
+-- called from a trigger is planned anew at each call, which would make every end
+-- of a run an order of magnitude dearer.
 CREATE OR REPLACE FUNCTION job_queue_slot_freed() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
