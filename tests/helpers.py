@@ -213,6 +213,12 @@ def most_at_once_per_key(spans) -> int:
     return most
 
 
+def most_in_a_window(times, seconds: float) -> int:
+    """The most of ``times`` (sorted) in any window of ``seconds``."""
+    return max(sum(1 for t in times[i:] if t < first + seconds)
+               for i, first in enumerate(times))
+
+
 # -- races -----------------------------------------------------------------------
 
 def race(target, processes, url, naive):

@@ -15,8 +15,8 @@ import time
 import pytest
 
 from tests.apps.flow import PER_KEY, RATE
-from tests.helpers import (TRANSITIONS_TABLE, alive, most_at_once_per_key, running_spans,
-                           wait_for_limits, wait_until)
+from tests.helpers import (TRANSITIONS_TABLE, alive, most_at_once_per_key, most_in_a_window,
+                           running_spans, wait_for_limits, wait_until)
 from tests.supervisors import NAIVE_LIMIT_CLI, cli
 
 FLEET = ("--workers", "4", "--concurrency", "8", "--app", "tests.apps.flow")
@@ -78,12 +78,6 @@ def _stamps(sql, kind):
         " JOIN job_queue AS j ON j.id = e.job_id WHERE j.kind = %s", (kind,)))
 
 
-def _most_in_a_window(starts, seconds):
-    """The most of ``starts`` in any window of ``seconds``."""
-    return max(sum(1 for t in starts[i:] if t < first + seconds)
-               for i, first in enumerate(starts))
-
-
 def _kill(pids, ended_at):
     """SIGKILL: the runs cut short recorded no end, and the test cannot
     tell when their process died exactly (a rerun may start before it saw
@@ -131,7 +125,7 @@ def test_two_fleets_keep_per_key_and_rate_limits_through_kills_and_a_restart(
     assert _most_per_key(_database_spans(sql, "per_account")) == PER_KEY
     assert _most_per_key(keyed) == PER_KEY
     assert _most_per_key([("all", s, e, c) for _, s, e, c in keyed]) >= KEYS // 2
-    assert _most_in_a_window(_stamps(sql, "partner_call"), RATE[1]) <= RATE[0]
+    assert most_in_a_window(_stamps(sql, "partner_call"), RATE[1]) <= RATE[0]
     status = cli(database_url, "status").stdout
     assert "per_account          0 running, 0 waiting" in status
     assert "at most 1 running per key" in status
@@ -172,7 +166,7 @@ def test_a_rate_limited_backlog_uses_its_allowance_and_idle_workers_wait_for_it(
     _enqueue_rated(sql, RATE[0] * windows)
     wait_until(lambda: _all_succeeded(sql), 30, message="every job")
     starts = _stamps(sql, "partner_call")
-    assert _most_in_a_window(starts, RATE[1]) == RATE[0]
+    assert most_in_a_window(starts, RATE[1]) == RATE[0]
     # Every full window from the first start on holds at least 90 % of N.
     for n in range(windows - 1):
         begin = starts[0] + n * RATE[1]
@@ -196,7 +190,7 @@ def test_negative_control_naive_fleets_overshoot_both_limits(
         _enqueue_rated(sql, 60)
         wait_until(lambda: _all_succeeded(sql), 60, message="every job")
         per_key_caught |= _most_per_key(_runs(sql, "per_account", {})) > PER_KEY
-        rate_caught |= _most_in_a_window(_stamps(sql, "partner_call"), RATE[1]) > RATE[0]
+        rate_caught |= most_in_a_window(_stamps(sql, "partner_call"), RATE[1]) > RATE[0]
         if per_key_caught and rate_caught:
             return
     pytest.fail(f"three runs of two naive fleets: per key caught {per_key_caught},"
