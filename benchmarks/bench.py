@@ -54,8 +54,9 @@ from benchmarks import dashboard_pages, flow, job_model, waiting
 from benchmarks.peers import PeerRun, Runtimes, configurations
 from benchmarks.peers import measure as measure_peer
 from benchmarks.peers.timing import EMPTY_QUEUE_CHECK_SECONDS
-from tests.helpers import Sql, wait_until
-from tests.pgserver import ThrowawayPostgres, find_pg_ctl
+from testbed.pgserver import ThrowawayPostgres, find_pg_ctl
+from testbed.polling import wait_until
+from testbed.sql import Sql
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "motir_supervisor"]

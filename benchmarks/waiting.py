@@ -19,7 +19,7 @@ from benchmarks.peers import io_configurations as peer_configurations
 from benchmarks.peers import measure as measure_peer
 from benchmarks.peers.timing import EMPTY_QUEUE_CHECK_SECONDS
 from benchmarks.waiting_app import STARTS_TABLE, WAIT_SECONDS
-from tests.helpers import wait_until
+from testbed.polling import wait_until
 
 if TYPE_CHECKING:
     from benchmarks.bench import Bench, Fleet
