@@ -16,14 +16,11 @@ import base64
 import dataclasses
 import statistics
 import time
-from typing import TYPE_CHECKING
 
 from werkzeug.test import Client
 
+from benchmarks.support import Bench
 from motir_supervisor.web.dashboard import create_app
-
-if TYPE_CHECKING:
-    from benchmarks.bench import Bench
 
 PASSWORD = "bench"
 LOADS = 5
@@ -59,7 +56,7 @@ class DashboardRun:
     pages: tuple[PageTime, ...]
 
 
-def _fill(bench: "Bench", rows: int) -> None:
+def _fill(bench: Bench, rows: int) -> None:
     bench.prepare_queue(0)
     bench.sql.rows(
         "INSERT INTO job_queue (queue, kind, state, attempts, created_at, run_at, started_at,"
@@ -86,7 +83,7 @@ def _load(client: Client, path: str) -> float:
     return took
 
 
-def measure_dashboard(bench: "Bench") -> DashboardRun:
+def measure_dashboard(bench: Bench) -> DashboardRun:
     rows = bench.settings.bloat_rows
     bench.progress(f"dashboard: pages on {rows:,} finished and {PENDING:,} pending jobs")
     _fill(bench, max(rows, RARE_ROWS * 10))

@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from typing import TYPE_CHECKING
 
 from benchmarks.flow_app import RATE
+from benchmarks.support import Bench
 from benchmarks.waiting_app import WAIT_SECONDS
-
-if TYPE_CHECKING:
-    from benchmarks.bench import Bench
 
 APP = "benchmarks.flow_app"
 WORKERS = 4
@@ -51,7 +48,7 @@ class FlowRun:
     window_starts: tuple[int, ...]
 
 
-def _run_to_empty(bench: "Bench", label: str, jobs: int, *options: str) -> float:
+def _run_to_empty(bench: Bench, label: str, jobs: int, *options: str) -> float:
     bench.sql.rows("VACUUM ANALYZE job_queue")
     bench.sql.rows("CHECKPOINT")
     with bench.start_fleet(label, *options, app=APP) as fleet:
@@ -60,7 +57,7 @@ def _run_to_empty(bench: "Bench", label: str, jobs: int, *options: str) -> float
     return seconds
 
 
-def _throughput(bench: "Bench", keyed: bool) -> float:
+def _throughput(bench: Bench, keyed: bool) -> float:
     jobs = bench.settings.jobs
     bench.prepare_queue(0)
     bench.sql.rows("INSERT INTO job_queue (kind, concurrency_key)"
@@ -71,7 +68,7 @@ def _throughput(bench: "Bench", keyed: bool) -> float:
     return round(jobs / seconds, 1)
 
 
-def _io_bound(bench: "Bench") -> tuple[float, float]:
+def _io_bound(bench: Bench) -> tuple[float, float]:
     workers, concurrency = IO
     jobs = bench.settings.io_jobs
     bench.prepare_queue(0)
@@ -84,7 +81,7 @@ def _io_bound(bench: "Bench") -> tuple[float, float]:
     return round(rate, 1), round(rate / (workers * concurrency / WAIT_SECONDS), 3)
 
 
-def _rate_windows(bench: "Bench") -> tuple[int, ...]:
+def _rate_windows(bench: Bench) -> tuple[int, ...]:
     windows = bench.settings.rate_windows
     jobs = RATE[0] * windows
     bench.prepare_queue(0)
@@ -99,7 +96,7 @@ def _rate_windows(bench: "Bench") -> tuple[int, ...]:
                  for n in range(windows - 1))
 
 
-def measure_flow(bench: "Bench") -> FlowRun:
+def measure_flow(bench: Bench) -> FlowRun:
     bench.sql.rows(LIMITS)
     plain, keyed = [], []
     for number in range(ROUNDS):

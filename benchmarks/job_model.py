@@ -8,19 +8,16 @@
   machine's floor under the same load: the bare loop of benchmarks/floor.py
   on urgent jobs of a queue of its own, which the fleet does not serve,
   while the fleet works through the backlog (the two take turns). Enqueue
-  to the handler's first statement, as in benchmarks/waiting.py.
+  to the handler's first statement, as in benchmarks/latency.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import statistics
-from typing import TYPE_CHECKING
 
-from benchmarks import waiting
-
-if TYPE_CHECKING:
-    from benchmarks.bench import Bench
+from benchmarks import latency
+from benchmarks.support import Bench
 
 WORKERS = 4
 ROUNDS = 2
@@ -43,12 +40,12 @@ class JobModelRun:
     backlog_left: int
     #: Urgent jobs behind the backlog, the same fleet idle, and the floor's
     #: loop on urgent jobs while the fleet works through the backlog.
-    urgent: waiting.Latency
-    idle: waiting.Latency
-    floor: waiting.Latency
+    urgent: latency.Latency
+    idle: latency.Latency
+    floor: latency.Latency
 
 
-def _throughput(bench: "Bench", model: bool) -> float:
+def _throughput(bench: Bench, model: bool) -> float:
     jobs = bench.settings.jobs
     bench.prepare_queue(0)
     if model:
@@ -67,7 +64,7 @@ def _throughput(bench: "Bench", model: bool) -> float:
     return round(jobs / seconds, 1)
 
 
-def _urgent_latency(bench: "Bench", backlog: int) -> tuple[list[float], list[float], int]:
+def _urgent_latency(bench: Bench, backlog: int) -> tuple[list[float], list[float], int]:
     """Urgent stamp jobs while the fleet runs the backlog, and the floor's
     loop on urgent jobs of its own queue meanwhile, in turns; their
     latencies, and how much of the backlog was still pending once they had
@@ -82,19 +79,19 @@ def _urgent_latency(bench: "Bench", backlog: int) -> tuple[list[float], list[flo
     urgent: list[float] = []
     floor: list[float] = []
     with bench.start_fleet("job-model-backlog", "--workers", str(WORKERS), "--queue", "default",
-                           *APPS, app=waiting.WAITING_APP) as fleet:
+                           *APPS, app=latency.WAITING_APP) as fleet:
         bench.wait_for_idle_workers(fleet, WORKERS)
         # Every worker's connection for the stamps opened before measuring:
         # a burst, which the busy workers share.
         burst = bench.sql.rows("INSERT INTO job_queue (kind, priority) SELECT 'stamp', %s"
                                " FROM generate_series(1, 40) RETURNING id", (URGENT_PRIORITY,))
-        waiting.wait_for_stamps(bench, [job_id for job_id, in burst], fleet.ensure_running)
+        latency.wait_for_stamps(bench, [job_id for job_id, in burst], fleet.ensure_running)
         for share in _shares(samples):
-            floor += waiting.measure_floor(bench, share, interval, urgent_queue=FLOOR_QUEUE)
+            floor += latency.measure_floor(bench, share, interval, urgent_queue=FLOOR_QUEUE)
             fleet.ensure_running()
-            enqueued = waiting.insert_stamped(bench, share, interval, URGENT_PRIORITY)
-            waiting.wait_for_stamps(bench, list(enqueued), fleet.ensure_running)
-            urgent += waiting.latencies(bench, "urgent", enqueued)
+            enqueued = latency.insert_stamped(bench, share, interval, URGENT_PRIORITY)
+            latency.wait_for_stamps(bench, list(enqueued), fleet.ensure_running)
+            urgent += latency.latencies(bench, "urgent", enqueued)
         left = bench.sql.value("SELECT count(*) FROM job_queue WHERE kind = 'noop'"
                                " AND state = 'pending'")
     return urgent, floor, left
@@ -105,8 +102,8 @@ def _shares(samples: int) -> list[int]:
     return [samples // ROUNDS + (1 if turn < samples % ROUNDS else 0) for turn in range(ROUNDS)]
 
 
-def measure_job_model(bench: "Bench") -> JobModelRun:
-    bench.sql.rows(waiting.STARTS_TABLE)
+def measure_job_model(bench: Bench) -> JobModelRun:
+    bench.sql.rows(latency.STARTS_TABLE)
     plain, model = [], []
     for number in range(ROUNDS):
         bench.progress(f"job model, round {number + 1} of {ROUNDS}: {bench.settings.jobs}"
@@ -117,14 +114,14 @@ def measure_job_model(bench: "Bench") -> JobModelRun:
     backlog = bench.settings.bloat_rows
     bench.progress(f"job model: urgent jobs behind {backlog:,} pending low-priority jobs,"
                    f" beside the floor's loop under the same load, and the same fleet idle")
-    idle = waiting.measure_fleet(bench, WORKERS, bench.settings.latency_samples,
+    idle = latency.measure_fleet(bench, WORKERS, bench.settings.latency_samples,
                                  bench.settings.latency_interval_ms)
     urgent, floor, left = _urgent_latency(bench, backlog)
     return JobModelRun(jobs=bench.settings.jobs, plain_jobs_per_second=tuple(plain),
                        model_jobs_per_second=tuple(model), backlog=backlog, backlog_left=left,
-                       urgent=waiting.summarise(f"urgent, {backlog:,} behind", urgent),
-                       idle=waiting.summarise("idle fleet", idle),
-                       floor=waiting.summarise(f"floor, {backlog:,} behind", floor))
+                       urgent=latency.summarise(f"urgent, {backlog:,} behind", urgent),
+                       idle=latency.summarise("idle fleet", idle),
+                       floor=latency.summarise(f"floor, {backlog:,} behind", floor))
 
 
 def format_job_model(run: JobModelRun) -> list[str]:
@@ -143,9 +140,9 @@ def format_job_model(run: JobModelRun) -> list[str]:
              f" it runs {run.backlog:,} pending priority {BACKLOG_PRIORITY} jobs"
              f" ({run.backlog_left:,} still pending after the last urgent one started):",
              f"  {'runner':<30} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} {'max ms':>7}"]
-    for latency in (run.idle, run.floor, run.urgent):
-        lines.append(f"  {latency.runner:<30} {latency.p50_ms:>7.2f} {latency.p95_ms:>7.2f}"
-                     f" {latency.p99_ms:>7.2f} {latency.max_ms:>7.2f}")
+    for measured in (run.idle, run.floor, run.urgent):
+        lines.append(f"  {measured.runner:<30} {measured.p50_ms:>7.2f} {measured.p95_ms:>7.2f}"
+                     f" {measured.p99_ms:>7.2f} {measured.max_ms:>7.2f}")
     lines.append(f"  urgent p50 = {run.urgent.p50_ms / run.idle.p50_ms:.2f} × idle,"
                  f" p99 = {run.urgent.p99_ms / run.idle.p99_ms:.2f} × idle;"
                  f" p50 = {run.urgent.p50_ms / run.floor.p50_ms:.2f} × the floor behind the"

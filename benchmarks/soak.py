@@ -34,9 +34,10 @@ import time
 import psycopg2
 
 from motir_supervisor import db
-from tests.helpers import EXECUTIONS_TABLE, Sql, wait_until
-from tests.pgserver import ThrowawayPostgres
-from tests.supervisors import RunningSupervisor
+from testbed.pgserver import ThrowawayPostgres
+from testbed.polling import wait_until
+from testbed.sql import EXECUTIONS_TABLE, Sql
+from testbed.supervisors import RunningSupervisor
 
 OPTIONS = ("--workers", "2", "--concurrency", "4", "--lease-seconds", "6",
            "--retry-base-seconds", "0.2")

@@ -16,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from tests.helpers import Sql
-from tests.pgserver import ThrowawayPostgres
+from testbed.pgserver import ThrowawayPostgres
+from testbed.sql import Sql
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "motir_supervisor"]

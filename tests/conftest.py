@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from motir_supervisor import db
-from tests.helpers import EXECUTIONS_TABLE, Sql
-from tests.pgserver import ThrowawayPostgres
+from testbed.pgserver import ThrowawayPostgres
+from testbed.sql import EXECUTIONS_TABLE, Sql
 
 # The fixtures users get from the pytest11 entry point once the package is
 # installed; named as the entry point is, so that pytest loads it once.

@@ -1,6 +1,8 @@
 """What the tests of every level share: waiting for conditions, reading and
 writing job_queue, the table the handlers of tests/apps record their runs
-in, wake-up notifications, forked racers and metrics text."""
+in, wake-up notifications, forked racers and metrics text. The waiting, the
+connection and the table are the test bed's (testbed/), shared with the
+benchmarks and the demo."""
 
 from __future__ import annotations
 
@@ -15,22 +17,12 @@ from typing import Any, Callable
 import psycopg2
 
 from motir_supervisor import db
+# The test bed's waiting, connection and table: the tests import them from here too.
+from testbed.polling import wait_until
+from testbed.sql import EXECUTIONS_TABLE, Sql  # noqa: F401
 
 #: The checkout: the working directory of the processes the tests start.
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.02,
-               message: str = "condition") -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
-        time.sleep(interval)
 
 
 def alive(pid: int) -> bool:
@@ -41,26 +33,6 @@ def alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return stat.rpartition(")")[2].split()[0] != "Z"
-
-
-class Sql:
-    """A small autocommit connection for a test's own reads and writes."""
-
-    def __init__(self, url: str):
-        self.conn = psycopg2.connect(url)
-        self.conn.autocommit = True
-
-    def rows(self, sql: str, params: Any = None) -> list[tuple]:
-        with self.conn.cursor() as cur:
-            cur.execute(sql, params)
-            return cur.fetchall() if cur.description else []
-
-    def value(self, sql: str, params: Any = None) -> Any:
-        rows = self.rows(sql, params)
-        return rows[0][0] if rows else None
-
-    def close(self) -> None:
-        self.conn.close()
 
 
 # -- job_queue -------------------------------------------------------------------
@@ -96,17 +68,6 @@ LOCKING_AS_READ = db.QUERIES["claim_limited_jobs"].replace(
     _HEAD_READ, _HEAD_READ.replace("\n    ) AS due",
                                    "\n        FOR UPDATE SKIP LOCKED\n    ) AS due"))
 assert LOCKING_AS_READ != db.QUERIES["claim_limited_jobs"]
-
-EXECUTIONS_TABLE = """
-CREATE TABLE test_executions (
-    execution_id bigserial PRIMARY KEY,
-    job_id       bigint NOT NULL,
-    attempt      int NOT NULL,
-    pid          int NOT NULL,
-    checkpoint   jsonb,
-    started_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
-    finished_at  timestamptz
-)"""
 
 
 def running_job(sql: Sql, job_id: int) -> tuple | None:

@@ -12,9 +12,9 @@ import time
 import psycopg2
 import pytest
 
+from testbed.pgserver import ThrowawayPostgres
 from tests.helpers import (EXECUTIONS_TABLE, Sql, enqueue, executions_per_job, running_job,
                            state_of, wait_until)
-from tests.pgserver import ThrowawayPostgres
 from tests.supervisors import (NAIVE_CLAIM_CLI, RunningSupervisor,
                                assert_sigterm_releases_at_the_deadline, title_of)
 

@@ -1,60 +1,31 @@
-"""bin/bench's measurements of jobs that wait: pick-up latency to the handler's
-start beside the machine's floor, and IO-bound throughput by job slots.
+"""bin/bench's io section: IO-bound throughput by job slots.
 
-They run on the Bench of benchmarks/bench.py (its server, its database, its
-way of starting a fleet) with the handlers of benchmarks/waiting_app.py.
+Jobs that wait 100 ms without CPU (benchmarks/waiting_app.py), sync on a
+handler thread and async on the event loop, at each slot count, with the
+share of the ideal, the fleet's peak memory and its database connections;
+with ``--peers``, the peers on the same jobs at the same slot counts.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from benchmarks.peers import Runtimes
 from benchmarks.peers import io_configurations as peer_configurations
 from benchmarks.peers import measure as measure_peer
 from benchmarks.peers.timing import EMPTY_QUEUE_CHECK_SECONDS
-from benchmarks.waiting_app import STARTS_TABLE, WAIT_SECONDS
-from tests.helpers import wait_until
-
-if TYPE_CHECKING:
-    from benchmarks.bench import Bench, Fleet
+from benchmarks.support import Bench
+from benchmarks.waiting_app import WAIT_SECONDS
+from testbed.polling import wait_until
 
 WAITING_APP = "benchmarks.waiting_app"
-#: The latency runs poll this seldom, so only the wake-up can make them fast.
-LATENCY_POLL_SECONDS = 30.0
-#: Fleets whose latency is measured beside the floor: the goals' fleet of 4
-#: (bench.FLEET_WORKERS), and a lone worker.
-LATENCY_FLEETS = (4, 1)
-#: Stamp jobs inserted at once to warm a fleet up: more than its job slots.
-WARM_UP_BURST = 100
 #: An IO-bound run samples its database connections at each check for an
 #: empty queue, every EMPTY_QUEUE_CHECK_SECONDS as for the peers,
 #: and its memory this seldom: reading smaps of 128 processes costs CPU.
 MEMORY_EVERY_SECONDS = 1.0
-
-
-@dataclasses.dataclass(frozen=True)
-class Latency:
-    #: "floor" for the bare loop, else the fleet's options.
-    runner: str
-    samples: int
-    p50_ms: float
-    p95_ms: float
-    p99_ms: float
-    max_ms: float
-
-
-@dataclasses.dataclass(frozen=True)
-class HandlerLatency:
-    interval_ms: float
-    poll_seconds: float
-    floor: Latency
-    fleets: tuple[Latency, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,135 +67,6 @@ class PeerIoRun:
     failure: str | None = None
 
 
-# -- pick-up latency to the handler ------------------------------------------------
-
-
-def percentile(ordered: Sequence[float], fraction: float) -> float:
-    """Linear between the closest ranks, as PostgreSQL's percentile_cont."""
-    at = fraction * (len(ordered) - 1)
-    low = int(at)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
-
-
-def insert_stamped(bench: "Bench", count: int, interval_ms: float, priority: int = 0,
-                   queue: str = "default") -> dict[int, object]:
-    """Insert ``count`` stamp jobs one statement at a time at a steady rate;
-    each id with the server's clock as its insert ran."""
-    enqueued = {}
-    start = time.monotonic()
-    for i in range(count):
-        # Deliberate pacing on a fixed schedule, so a slow insert shifts no later one.
-        time.sleep(max(0.0, start + i * interval_ms / 1000 - time.monotonic()))
-        job_id, at = bench.sql.rows("INSERT INTO job_queue (kind, priority, queue)"
-                                    " VALUES ('stamp', %s, %s) RETURNING id, clock_timestamp()",
-                                    (priority, queue))[0]
-        enqueued[job_id] = at
-    return enqueued
-
-
-def summarise(runner: str, milliseconds: list[float]) -> Latency:
-    ordered = sorted(milliseconds)
-    return Latency(runner=runner, samples=len(ordered),
-                   p50_ms=round(percentile(ordered, 0.5), 2),
-                   p95_ms=round(percentile(ordered, 0.95), 2),
-                   p99_ms=round(percentile(ordered, 0.99), 2), max_ms=round(ordered[-1], 2))
-
-
-def latencies(bench: "Bench", runner: str, enqueued: dict[int, object]) -> list[float]:
-    """Milliseconds from each insert to its handler's first statement."""
-    started = dict(bench.sql.rows("SELECT job_id, started_at FROM bench_starts"
-                                  " WHERE job_id = ANY(%s)", (list(enqueued),)))
-    if len(started) != len(enqueued):
-        raise bench.error(f"{runner}: {len(started)} of {len(enqueued)} stamp jobs started")
-    return [(started[i] - enqueued[i]).total_seconds() * 1000 for i in enqueued]
-
-
-def wait_for_stamps(bench: "Bench", ids: Sequence[int], alive) -> None:
-    def all_started() -> bool:
-        alive()
-        return bench.sql.value("SELECT count(*) FROM bench_starts WHERE job_id = ANY(%s)",
-                               (list(ids),)) == len(ids)
-    wait_until(all_started, 60, interval=0.05, message=f"{len(ids)} stamp jobs to start")
-
-
-def measure_floor(bench: "Bench", samples: int, interval_ms: float, warm_up: int = 5,
-                  urgent_queue: str | None = None) -> list[float]:
-    """The bare loop's latencies on an empty table; or, with ``urgent_queue``,
-    on urgent jobs of that queue only, beside whatever else the table and
-    the machine are busy with (see benchmarks/floor.py)."""
-    priority, queue = (0, "default") if urgent_queue is None else (-1, urgent_queue)
-    if urgent_queue is None:
-        bench.prepare_queue(0)
-    command = [sys.executable, "-m", "benchmarks.floor", bench.url, str(warm_up + samples),
-               *filter(None, [urgent_queue])]
-    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True,
-                          cwd=Path(__file__).resolve().parent.parent) as floor:
-        try:
-            if floor.stdout.readline().strip() != "listening":
-                raise bench.error("the floor's loop did not start")
-
-            def alive() -> None:
-                if floor.poll() not in (None, 0):
-                    raise bench.error(f"the floor's loop exited with {floor.returncode}")
-            wait_for_stamps(bench, list(insert_stamped(bench, warm_up, interval_ms, priority,
-                                                       queue)), alive)
-            enqueued = insert_stamped(bench, samples, interval_ms, priority, queue)
-            wait_for_stamps(bench, list(enqueued), alive)
-            floor.wait(10)
-        finally:
-            if floor.poll() is None:
-                floor.kill()
-    return latencies(bench, "floor", enqueued)
-
-
-def measure_fleet(bench: "Bench", workers: int, samples: int, interval_ms: float) -> list[float]:
-    bench.prepare_queue(0)
-    options = ("--workers", str(workers), "--poll-seconds", f"{LATENCY_POLL_SECONDS:g}")
-    with bench.start_fleet(f"latency-w{workers}", *options, app=WAITING_APP) as fleet:
-        bench.wait_for_idle_workers(fleet, workers)
-        warm_up_fleet(bench, fleet, interval_ms)
-        enqueued = insert_stamped(bench, samples, interval_ms)
-        wait_for_stamps(bench, list(enqueued), fleet.ensure_running)
-    return latencies(bench, f"--workers {workers}", enqueued)
-
-
-def warm_up_fleet(bench: "Bench", fleet: "Fleet", interval_ms: float) -> None:
-    """A burst that reaches every worker, then a few paced jobs: each worker's
-    connection for the stamps is open and its first plans are made before
-    anything is measured. (Paced jobs alone would warm only the worker that
-    listens: it takes every job it has room for.)"""
-    burst = bench.sql.rows("INSERT INTO job_queue (kind) SELECT 'stamp'"
-                           " FROM generate_series(1, %s) RETURNING id", (WARM_UP_BURST,))
-    wait_for_stamps(bench, [job_id for job_id, in burst], fleet.ensure_running)
-    wait_for_stamps(bench, list(insert_stamped(bench, 5, interval_ms)), fleet.ensure_running)
-    bench.wait_for_empty_queue(fleet, 0)
-
-
-def measure_handler_latency(bench: "Bench") -> HandlerLatency:
-    """The floor and each fleet take turns, a share of the samples at a time,
-    so that a noisy minute of the machine falls on all of them alike."""
-    samples, interval = bench.settings.latency_samples, bench.settings.latency_interval_ms
-    bench.sql.rows(STARTS_TABLE)
-    rounds = min(bench.settings.latency_rounds, samples)
-    found: dict[str, list[float]] = {"floor": []}
-    for number in range(rounds):
-        share = samples // rounds + (number < samples % rounds)
-        bench.progress(f"pick-up latency to the handler, round {number + 1} of {rounds}:"
-                       f" {share} jobs every {interval:g} ms to the floor's bare loop and to"
-                       f" --workers {', '.join(map(str, LATENCY_FLEETS))}")
-        found["floor"] += measure_floor(bench, share, interval)
-        for workers in LATENCY_FLEETS:
-            found.setdefault(f"--workers {workers}", []).extend(
-                measure_fleet(bench, workers, share, interval))
-    floor, *fleets = (summarise(runner, ms) for runner, ms in found.items())
-    return HandlerLatency(interval_ms=interval, poll_seconds=LATENCY_POLL_SECONDS,
-                          floor=floor, fleets=tuple(fleets))
-
-
-# -- IO-bound throughput -----------------------------------------------------------
-
-
 def tree_pss_kib(pids: Sequence[int]) -> int:
     total = 0
     for pid in pids:
@@ -249,7 +91,7 @@ def io_configurations(slots: int) -> list[tuple[int, int, str]]:
     return runs
 
 
-def measure_io_run(bench: "Bench", workers: int, concurrency: int, kind: str) -> IoRun:
+def measure_io_run(bench: Bench, workers: int, concurrency: int, kind: str) -> IoRun:
     jobs, slots = bench.settings.io_jobs, workers * concurrency
     bench.prepare_queue(jobs, kind=kind)
     bench.progress(f"IO-bound, {jobs} jobs of {kind} {WAIT_SECONDS:g}s,"
@@ -282,7 +124,7 @@ def measure_io_run(bench: "Bench", workers: int, concurrency: int, kind: str) ->
                  peak_connections=peak_connections)
 
 
-def measure_io_bound(bench: "Bench") -> tuple[IoRun, ...]:
+def measure_io_bound(bench: Bench) -> tuple[IoRun, ...]:
     return tuple(measure_io_run(bench, workers, concurrency, kind)
                  for slots in bench.settings.io_slots
                  for workers, concurrency, kind in io_configurations(slots))
@@ -310,7 +152,7 @@ class PeerWatch:
     inserts) is not counted, and it leaves out the one connection the driver
     keeps to watch the queue."""
 
-    def __init__(self, bench: "Bench", database: str):
+    def __init__(self, bench: Bench, database: str):
         self.bench = bench
         self.database = database
         self.peak_pss_kib = 0
@@ -329,7 +171,7 @@ class PeerWatch:
         self.peak_connections = max(self.peak_connections, connections - 1)
 
 
-def measure_io_peers(bench: "Bench") -> tuple[PeerIoRun, ...]:
+def measure_io_peers(bench: Bench) -> tuple[PeerIoRun, ...]:
     """Each peer on the IO-bound jobs at each slot count, in its own database."""
     runtimes, runs = Runtimes(), []
     jobs = bench.settings.io_jobs
@@ -358,24 +200,6 @@ def measure_io_peers(bench: "Bench") -> tuple[PeerIoRun, ...]:
                 peak_connections=watch.peak_connections if rate else None,
                 failure=run.failure))
     return tuple(runs)
-
-
-# -- the report --------------------------------------------------------------------
-
-
-def format_latency(latency: HandlerLatency) -> list[str]:
-    floor = latency.floor
-    lines = [f"pick-up latency to the handler's first statement: {floor.samples} jobs inserted"
-             f" every {latency.interval_ms:g} ms into an idle runner (--poll-seconds"
-             f" {latency.poll_seconds:g}); floor = one LISTEN connection, a one-row"
-             " SKIP LOCKED claim, the stamp on a second connection",
-             f"  {'runner':<14} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} {'max ms':>7}"
-             f" {'p50 × floor':>12} {'p99 × floor':>12}"]
-    for run in (floor, *latency.fleets):
-        lines.append(f"  {run.runner:<14} {run.p50_ms:>7.2f} {run.p95_ms:>7.2f}"
-                     f" {run.p99_ms:>7.2f} {run.max_ms:>7.2f}"
-                     f" {run.p50_ms / floor.p50_ms:>12.2f} {run.p99_ms / floor.p99_ms:>12.2f}")
-    return lines
 
 
 def format_io(runs: Sequence[IoRun], peers: Sequence[PeerIoRun] = ()) -> list[str]:

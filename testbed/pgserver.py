@@ -1,4 +1,4 @@
-"""A throwaway PostgreSQL server for the tests, the demo and the benchmark.
+"""A throwaway PostgreSQL server for the tests, the demo and the benchmarks.
 
 pytest-postgresql's executor starts and stops the server; this module adds
 what it leaves to us: finding Debian's pg_ctl, which is not on PATH, and
