@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import os
 import time
 from typing import Any, Callable, ContextManager, Sequence
@@ -211,12 +210,6 @@ def _run_claimed(store: db.JobStore, transactions: Transactions, job: db.Claimed
     # drain's write of its outcome after it is fenced, and finds nothing.
     run = Run(job, _CLAIM, -1, registry.registration_for(job.kind))
     saved: list[Any] = []
-    handle = registry.Job(
-        id=job.id, kind=job.kind, queue=job.queue, payload_json=job.payload_json,
-        attempt=job.attempt, max_attempts=job.max_attempts,
-        checkpoint_data=job.checkpoint_data, stopping=run.stopping,
-        save_checkpoint=_keeping(saved, lambda data: store.save_checkpoint(
-            job.id, CLAIMANT, data)),
-        transaction=functools.partial(transactions.around, run),
-        trace_context=job.trace_context)
+    handle = running.handle(run, _keeping(saved, lambda data: store.save_checkpoint(
+        job.id, CLAIMANT, data)), transactions)
     return _run(run, handle, saved, retry_base_seconds, retry_max_seconds)

@@ -17,7 +17,6 @@ signal and never forks.
 from __future__ import annotations
 
 import collections
-import functools
 import heapq
 import logging
 import os
@@ -379,20 +378,11 @@ class Executor:
 
     def _begin(self, run: Run) -> registry.Job:
         """What comes before a handler, in its thread or task: the title and
-        its handle (the hooks' starts are running.call's)."""
+        its handle (running.call and call_async enter its hooks)."""
         self._announce(run)
-        return self._job_handle(run)
-
-    def _job_handle(self, run: Run) -> registry.Job:
-        job = run.claimed
-        return registry.Job(
-            id=job.id, kind=job.kind, queue=job.queue, payload_json=job.payload_json,
-            attempt=job.attempt, max_attempts=job.max_attempts,
-            checkpoint_data=job.checkpoint_data, stopping=run.stopping,
-            save_checkpoint=lambda data: self._save_checkpoint(job.id, data),
-            transaction=None if self._transactions is None else functools.partial(
-                self._transactions.around, run),
-            trace_context=job.trace_context)
+        job_id = run.claimed.id
+        return running.handle(run, lambda data: self._save_checkpoint(job_id, data),
+                              self._transactions)
 
     def _announce(self, run: Run) -> None:
         count = len(self._running)

@@ -12,6 +12,7 @@ writes. Nothing here takes a lock, touches the ledger or runs SQL.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -20,6 +21,7 @@ from typing import Any, Callable, Coroutine, Generator
 from .. import hooks, outcomes, registry
 from ..ipc import lifecycle
 from .claims import Run
+from .transactions import Transactions
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,22 @@ async def call_async(run: Run, begin: Callable[[Run], registry.Job],
                                  f" held the event loop for {held:.3f}s without awaiting,"
                                  " so it could not be cancelled")
     ended(run, error)
+
+
+def handle(run: Run, save_checkpoint: Callable[[Any], bool],
+           transactions: Transactions | None) -> registry.Job:
+    """The ``j`` a claimed run's handler gets: its job's values, its stop
+    flag, and ``j.transaction()`` through ``transactions`` (None: a
+    transaction needs a worker's claim)."""
+    job = run.claimed
+    return registry.Job(
+        id=job.id, kind=job.kind, queue=job.queue, payload_json=job.payload_json,
+        attempt=job.attempt, max_attempts=job.max_attempts,
+        checkpoint_data=job.checkpoint_data, stopping=run.stopping,
+        save_checkpoint=save_checkpoint,
+        transaction=None if transactions is None else functools.partial(
+            transactions.around, run),
+        trace_context=job.trace_context)
 
 
 def _enter(run: Run, handle: registry.Job) -> registry.Registration:

@@ -81,3 +81,22 @@ async def _noted(j):
 @job("helper_forgot_async")
 def forgot_async(j):
     return _noted(j)  # meant to be `async def`: the coroutine is never awaited
+
+
+@job("helper_exits")
+def exits(j):
+    """Raises SystemExit, as a library's sys.exit() in a handler does."""
+    _note(j)
+    raise SystemExit(3)
+
+
+@job("helper_exits_async")
+async def exits_async(j):
+    _note(j)
+    raise SystemExit(3)
+
+
+@job("helper_keyboard_interrupt")
+def keyboard_interrupt(j):
+    _note(j)
+    raise KeyboardInterrupt()

@@ -67,6 +67,20 @@ def test_an_async_handler_runs_to_its_outcome():
     assert app.RUNS == [("helper_async", 1, 1), ("helper_async", 1, 5)]
 
 
+@pytest.mark.parametrize("kind, raised", [("helper_exits", SystemExit),
+                                          ("helper_exits_async", SystemExit),
+                                          ("helper_keyboard_interrupt", KeyboardInterrupt)])
+def test_a_handler_raising_system_exit_or_keyboard_interrupt_fails_its_attempt(kind, raised):
+    """As in a worker (tests/e2e/test_hostile_handlers.py runs the same
+    kinds there): what a handler raises is its run's outcome, never the
+    caller's exception."""
+    retried = testing.run_job(kind, attempt=1, max_attempts=2)
+    assert retried.outcome == "retry" and isinstance(retried.exception, raised)
+    failed = testing.run_job(kind, attempt=2, max_attempts=2)
+    assert failed.outcome == "failed"
+    assert failed.error.startswith(f"{raised.__name__}: ")
+
+
 def test_an_unknown_kind_is_named():
     with pytest.raises(testing.UnknownKind, match="'no_such_kind'.*helper_ok"):
         testing.run_job("no_such_kind")
