@@ -8,7 +8,8 @@ share the same slots.
 A thread that finishes a run takes the next ready one itself, so jobs that
 take no time flow through one thread without a hand-over each. Every run's
 state goes to the worker's ledger (shared with the supervisor) before its
-handler starts and as soon as its outcome is decided. The main thread of the
+handler starts and as soon as its outcome is decided; how one run goes, from
+its call to that outcome, is :mod:`.running`'s. The main thread of the
 worker feeds runs in with :meth:`Executor.submit` and collects ended ones
 with :meth:`Executor.take_finished`; this module runs no SQL, handles no
 signal and never forks.

@@ -3,6 +3,7 @@ run through motir_supervisor.testing: no database of their own, so what
 they did is kept in RUNS."""
 
 import asyncio
+import time
 
 from motir_supervisor import Interrupted, PermanentFailure, Snooze, job
 
@@ -100,3 +101,17 @@ async def exits_async(j):
 def keyboard_interrupt(j):
     _note(j)
     raise KeyboardInterrupt()
+
+
+@job("helper_overruns", timeout=0.05)
+def overruns(j):
+    """Returns, but only after its kind's timeout."""
+    _note(j)
+    time.sleep(0.1)
+    return "late"
+
+
+@job("helper_overruns_async", timeout=0.05)
+async def overruns_async(j):
+    _note(j)
+    await asyncio.sleep(5)
