@@ -30,6 +30,7 @@ from ..ipc import ledger, lifecycle
 from . import running
 from .claims import Run
 from .event_loop import EventLoop
+from .title import running_jobs
 from .transactions import Transactions
 
 #: Runs shorter than this on average (no-ops, cache writes) mostly hold the
@@ -380,22 +381,11 @@ class Executor:
     def _begin(self, run: Run) -> registry.Job:
         """What comes before a handler, in its thread or task: the title and
         its handle (running.call and call_async enter its hooks)."""
-        self._announce(run)
         job_id = run.claimed.id
+        self._title(running_jobs(job_id, run.claimed.kind, len(self._running),
+                                 self._holding_back()))
         return running.handle(run, lambda data: self._save_checkpoint(job_id, data),
                               self._transactions)
-
-    def _announce(self, run: Run) -> None:
-        count = len(self._running)
-        if self._holding_back():
-            # Runs too short to name one by one: a title per run would cost
-            # more than the run.
-            text = "running short jobs"
-        elif count <= 1:
-            text = f"running job {run.claimed.id} {run.claimed.kind}"
-        else:
-            text = f"running {count} jobs"
-        self._title(text)
 
     # -- handler threads ------------------------------------------------------------
 
