@@ -31,6 +31,7 @@ import inspect
 import logging
 from typing import Any, Callable, Generator, TypeVar
 
+from .outcomes import Outcome
 from .registry import Job
 
 log = logging.getLogger("motir_supervisor.hooks")
@@ -38,12 +39,13 @@ log = logging.getLogger("motir_supervisor.hooks")
 AroundRun = Callable[[Job], Generator[None, "RunEnd", None]]
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: How a run ended, as RunEnd.outcome says it.
-SUCCEEDED = "succeeded"
-RETRIED = "retried"
-FAILED = "failed"
-SNOOZED = "snoozed"
-INTERRUPTED = "interrupted"
+#: How a run ended, as RunEnd.outcome says it (members of Outcome, each
+#: equal to its word: ``ended.outcome == "failed"``).
+SUCCEEDED = Outcome.SUCCEEDED
+RETRIED = Outcome.RETRIED
+FAILED = Outcome.FAILED
+SNOOZED = Outcome.SNOOZED
+INTERRUPTED = Outcome.INTERRUPTED
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -54,7 +56,7 @@ class RunEnd:
     #: SUCCEEDED, RETRIED (a failed attempt with attempts left), FAILED (the
     #: last attempt, or a PermanentFailure), SNOOZED or INTERRUPTED (stopped
     #: at a checkpoint by a deploy; it runs again without spending an attempt).
-    outcome: str
+    outcome: Outcome
     #: What the handler raised (a TimeoutError for a run past its kind's
     #: timeout); None when it returned.
     error: BaseException | None

@@ -12,7 +12,10 @@ parent never runs a server thread it could fork with.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .outcomes import Outcome
 
 _fleet: Any = None
 
@@ -32,7 +35,7 @@ class _Fleet:
         self.finished = Counter(
             "motir_jobs_finished", "Runs that ended, by outcome: succeeded, retried,"
             " failed, cancelled, snoozed, released (given back unfinished), lost (claim taken"
-            " over)",
+            " over), timed out",
             ["kind", "outcome"])
         self.duration = Histogram("motir_job_duration_seconds", "Handler run time",
                                   ["kind"], buckets=DURATION_BUCKETS)
@@ -79,7 +82,7 @@ def record_claim(queue: str) -> None:
         _fleet.claimed.labels(queue).inc()
 
 
-def record_run(kind: str, outcome: str, seconds: float, queue: str | None = None,
+def record_run(kind: str, outcome: Outcome, seconds: float, queue: str | None = None,
                waited: float | None = None) -> None:
     """A run that ended: its outcome and run time by kind, and, for one that
     started, its wait from due to start by queue."""

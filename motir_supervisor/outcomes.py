@@ -1,8 +1,10 @@
-"""How a run's end becomes an outcome: the retry delay, the stored error, the log line.
+"""How a run's end becomes an outcome: the outcomes a run can end with, the
+retry delay, the stored error, the log line.
 
-Pure functions and values: no SQL, no threads, no shared memory. The
-executor decides an outcome with them; the worker and the supervisor write
-and log it.
+Pure functions and values: no SQL, no threads, no shared memory. A run is
+decided with them (see worker.running); the worker and the supervisor write,
+count and log it. The ledger's state bytes are mapped to outcomes here and
+nowhere else.
 """
 
 from __future__ import annotations
@@ -12,11 +14,15 @@ import logging
 import random
 import re
 import traceback
-from typing import Any, NamedTuple
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from . import db, registry
+from . import registry
 from .ipc import ledger
 from .logs import LINES
+
+if TYPE_CHECKING:
+    from . import db
 
 log = logging.getLogger("motir_supervisor.worker")
 
@@ -31,26 +37,65 @@ MAX_OUTPUT_BYTES = 256 * 1024
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
+class Outcome(StrEnum):
+    """How a run ended. Each is its own word as hooks (RunEnd.outcome),
+    metrics labels and log lines give it, so ``outcome == "failed"`` holds."""
+
+    #: The handler returned.
+    SUCCEEDED = "succeeded"
+    #: It raised, and attempts are left: pending again after the retry delay.
+    RETRIED = "retried"
+    #: Its last attempt raised, or it raised PermanentFailure.
+    FAILED = "failed"
+    #: It raised Snooze: pending again, its attempt handed back.
+    SNOOZED = "snoozed"
+    #: A deploy stopped it at a checkpoint: it runs again without spending
+    #: an attempt.
+    INTERRUPTED = "interrupted"
+    #: It raised while an operator had asked to cancel it.
+    CANCELLED = "cancelled"
+    #: Its claim went back unwritten (the end of an interrupted run).
+    RELEASED = "released"
+    #: The claim was no longer its worker's when the outcome was written.
+    LOST = "lost"
+    #: A plain handler ran past its kind's timeout; its attempt fails.
+    TIMED_OUT = "timed out"
+
+
+#: The ledger state byte a decided outcome is kept in until it is written.
+LEDGER_STATES = {Outcome.SUCCEEDED: ledger.SUCCEEDED, Outcome.RETRIED: ledger.FAILED,
+                 Outcome.FAILED: ledger.FAILED, Outcome.SNOOZED: ledger.SNOOZED,
+                 Outcome.INTERRUPTED: ledger.RELEASE}
+
+
 class Decision(NamedTuple):
     """What a run's end means for its row."""
 
-    #: A ledger state: SUCCEEDED, FAILED, SNOOZED or RELEASE.
-    state: int
+    #: SUCCEEDED, RETRIED, FAILED, SNOOZED or INTERRUPTED.
+    outcome: Outcome
     error: str | None = None
     retry_in_seconds: float = 0.0
     permanent: bool = False
     #: One line for the log: the error's first line, or why it was released.
     summary: str = ""
 
+    @property
+    def state(self) -> int:
+        """The ledger state byte that keeps it (see LEDGER_STATES)."""
+        return LEDGER_STATES[self.outcome]
 
-SUCCESS = Decision(ledger.SUCCEEDED)
+
+SUCCESS = Decision(Outcome.SUCCEEDED)
 
 
 def as_outcome(job_id: int, decision: Decision, output: str | None = None) -> db.Outcome:
     """What record_outcomes writes for a run that ended with ``decision``
-    (not a release: that goes back, unwritten)."""
+    (not an interrupted run: its claim goes back, unwritten)."""
+    # Imported here: hooks import this module for Outcome, and the database
+    # layer imports hooks (through tracing).
+    from . import db
     return db.Outcome(job_id, decision.error, decision.retry_in_seconds, decision.permanent,
-                      decision.state == ledger.SNOOZED, output)
+                      decision.outcome is Outcome.SNOOZED, output)
 
 
 def output_json(value: Any) -> tuple[str | None, str]:
@@ -75,17 +120,6 @@ def output_json(value: Any) -> tuple[str | None, str]:
     return text, ""
 
 
-def ending(decision: Decision, attempt: int, max_attempts: int) -> str:
-    """How a run ended, in the words of hooks.RunEnd.outcome."""
-    if decision.state == ledger.SUCCEEDED:
-        return "succeeded"
-    if decision.state == ledger.SNOOZED:
-        return "snoozed"
-    if decision.state == ledger.RELEASE:
-        return "interrupted"
-    return "failed" if decision.permanent or attempt >= max_attempts else "retried"
-
-
 def retry_delay(attempt: int, base: float, cap: float) -> float:
     """Seconds before retrying after failed attempt ``attempt`` (1-based).
 
@@ -96,34 +130,38 @@ def retry_delay(attempt: int, base: float, cap: float) -> float:
     return delay / 2 + random.uniform(0, delay / 2)
 
 
-def decide(error: BaseException | None, attempt: int, stopping: bool, retry_base: float,
-           retry_cap: float) -> Decision:
+def decide(error: BaseException | None, attempt: int, max_attempts: int, stopping: bool,
+           retry_base: float, retry_cap: float) -> Decision:
+    """What a run of attempt ``attempt`` of ``max_attempts`` that raised
+    ``error`` (None: it returned) comes to; ``stopping``: its worker was
+    stopping, so an Interrupted is a checkpoint's, not a failure."""
     if error is None:
         return SUCCESS
     try:
-        return _decide(error, attempt, stopping, retry_base, retry_cap)
+        return _decide(error, attempt, max_attempts, stopping, retry_base, retry_cap)
     except BaseException as broken:  # noqa: BLE001 - a handler's object, whatever it does
         # Whatever the exception does when it is read, it fails its own run:
         # a decision that raised would end the thread deciding it.
         text = storable(f"{_name_of(error)}: the handler's exception could not be read"
                         f" ({_name_of(broken)})")
-        return Decision(ledger.FAILED, text, retry_delay(attempt, retry_base, retry_cap),
-                        summary=text)
+        return Decision(Outcome.FAILED if attempt >= max_attempts else Outcome.RETRIED, text,
+                        retry_delay(attempt, retry_base, retry_cap), summary=text)
 
 
-def _decide(error: BaseException, attempt: int, stopping: bool, retry_base: float,
-            retry_cap: float) -> Decision:
+def _decide(error: BaseException, attempt: int, max_attempts: int, stopping: bool,
+            retry_base: float, retry_cap: float) -> Decision:
     if isinstance(error, registry.Snooze):
-        return Decision(ledger.SNOOZED, retry_in_seconds=error.seconds,
+        return Decision(Outcome.SNOOZED, retry_in_seconds=error.seconds,
                         summary=f"due again in {error.seconds:g}s")
     if isinstance(error, registry.Interrupted):
         if stopping:
-            return Decision(ledger.RELEASE, summary="its handler stopped at a checkpoint")
+            return Decision(Outcome.INTERRUPTED, summary="its handler stopped at a checkpoint")
         error = RuntimeError("the handler raised Interrupted although the worker was not"
                              " stopping; counted as a failed attempt")
-    return Decision(ledger.FAILED, describe_failure(error),
-                    retry_delay(attempt, retry_base, retry_cap),
-                    isinstance(error, registry.PermanentFailure), first_line(error))
+    permanent = isinstance(error, registry.PermanentFailure)
+    return Decision(Outcome.FAILED if permanent or attempt >= max_attempts else Outcome.RETRIED,
+                    describe_failure(error), retry_delay(attempt, retry_base, retry_cap),
+                    permanent, first_line(error))
 
 
 def describe_failure(exc: BaseException) -> str:
@@ -178,7 +216,7 @@ def _name_of(exc: BaseException) -> str:
         return "an exception"
 
 
-def outcome_line(job_id: int, kind: str, attempt: int, max_attempts: int, outcome: str,
+def outcome_line(job_id: int, kind: str, attempt: int, max_attempts: int, outcome: Outcome,
                  seconds: float, detail: str = "") -> str:
     return (f"job {job_id} {kind} attempt {attempt}/{max_attempts} {outcome}"
             f" in {seconds:.3f}s{': ' + detail if detail else ''}")
@@ -186,18 +224,23 @@ def outcome_line(job_id: int, kind: str, attempt: int, max_attempts: int, outcom
 
 #: Outcomes that are the job's normal course, logged at INFO; the others
 #: (a retry, a failure, a lost claim) at WARNING.
-EXPECTED_OUTCOMES = frozenset({"snoozed"})
+EXPECTED_OUTCOMES = frozenset({Outcome.SNOOZED})
 
 
-def outcome_of(state: str | None, snoozed: bool) -> str:
+def outcome_of(state: str | None, snoozed: bool) -> Outcome:
     """A written run's outcome, from the state its row was left in: None or
     'running' when the claim was no longer the writer's (the run was lost)."""
     if state == "pending":
-        return "snoozed" if snoozed else "retried"
-    return "lost" if state in (None, "running") else state
+        return Outcome.SNOOZED if snoozed else Outcome.RETRIED
+    return Outcome.LOST if state in (None, "running") else Outcome(state)
 
 
-def log_outcome(line: str, outcome: str) -> None:
+def written_outcome(state: str | None, entry: ledger.Entry) -> Outcome:
+    """outcome_of for a run its ledger entry decided (an exited worker's)."""
+    return outcome_of(state, entry.state == ledger.SNOOZED)
+
+
+def log_outcome(line: str, outcome: Outcome) -> None:
     """One line per run that did not simply succeed."""
     log.log(logging.INFO if outcome in EXPECTED_OUTCOMES else logging.WARNING, "%s", line)
 

@@ -1,28 +1,30 @@
 """Helpers for testing users' handlers: one run in-process, or a test database drained.
 
 :func:`run_job` calls a registered kind's handler with a payload, no
-database needed, and says how the run ended, decided by the same
-:func:`outcomes.decide` the worker uses. :func:`drain` claims a test
-database's due jobs with the real claims, runs them through :func:`run_job`
-and writes their outcomes as a worker does. Neither forks, installs signal
-handlers or applies a kind's timeout: the run happens in the caller's thread.
-The pytest fixtures are in pytest_plugin.py.
+database needed, and says how the run ended. It ends the run through the
+worker's own code (:mod:`.worker.running`): the same hooks, the same
+decision (:func:`outcomes.decide`), whatever the handler raises, and an
+``async def`` handler's timeout; a plain handler past its kind's timeout
+fails as a timeout once it returns, as the worker writes it (a worker gives
+up on it at the deadline). :func:`drain` claims a test database's due jobs
+with the real claims, runs them the same way and writes their outcomes as
+a worker does. Neither forks nor installs signal handlers: the run happens
+in the caller's thread. The pytest fixtures are in pytest_plugin.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
-import json
 import os
 import time
-import types
 from typing import Any, Callable, ContextManager, Sequence
 
-from . import db, hooks, outcomes, registry
+from . import db, outcomes, registry
 from .config import Config
-from .worker.claims import StopFlag
+from .outcomes import Outcome
+from .worker import running
+from .worker.claims import Claim, Run
 from .worker.transactions import Transactions
 
 #: The claimant name drain's claims carry, as `status` shows them.
@@ -34,11 +36,13 @@ LEASE_SECONDS = 300.0
 RETRY_BASE_SECONDS = Config.retry_base_seconds
 RETRY_MAX_SECONDS = Config.retry_max_seconds
 
-SUCCEEDED = "succeeded"
+#: JobOutcome.outcome's words: the Outcome a run ended with, but for a
+#: failed attempt with attempts left, which is "retry" here.
+SUCCEEDED = Outcome.SUCCEEDED
 RETRY = "retry"
-FAILED = "failed"
-SNOOZED = "snoozed"
-INTERRUPTED = "interrupted"
+FAILED = Outcome.FAILED
+SNOOZED = Outcome.SNOOZED
+INTERRUPTED = Outcome.INTERRUPTED
 
 
 class UnknownKind(LookupError):
@@ -51,7 +55,8 @@ class JobOutcome:
 
     kind: str
     job_id: int
-    #: One of SUCCEEDED, RETRY, FAILED, SNOOZED, INTERRUPTED.
+    #: One of SUCCEEDED, RETRY, FAILED, SNOOZED, INTERRUPTED
+    #: (``decision.outcome`` says RETRY as Outcome.RETRIED).
     outcome: str
     #: The failure as last_error stores it (type, message, innermost frames).
     error: str | None = None
@@ -91,40 +96,63 @@ def run_job(kind: str, payload: Any = None, *, attempt: int = 1, max_attempts: i
         known = ", ".join(registry.registered_kinds()) or "none"
         raise UnknownKind(f"no handler registered for job kind {kind!r} (registered: {known});"
                           " import the module that registers it")
+    # The handle holds the payload itself: the claim's JSON text is not read.
+    run = Run(db.ClaimedJob(job_id, queue, kind, "", attempt, max_attempts, checkpoint_data),
+              _CLAIM, -1, registration)
+    if stopping:
+        run.stopping.set()
     saved: list[Any] = []
+    handle = registry.Job(id=job_id, kind=kind, queue=queue, payload=payload, attempt=attempt,
+                          max_attempts=max_attempts, checkpoint_data=checkpoint_data,
+                          stopping=run.stopping, save_checkpoint=_keeping(saved, save_checkpoint),
+                          transaction=transaction)
+    return _run(run, handle, saved, retry_base_seconds, retry_max_seconds)
 
+
+#: What a Run needs of the claim it came in; nothing here reads it.
+_CLAIM = Claim(sent_at=0.0, size=1, limit=1)
+
+
+def _keeping(saved: list[Any], save: Callable[[Any], bool] | None) -> Callable[[Any], bool]:
+    """A save_checkpoint that keeps each checkpoint in ``saved`` once
+    ``save`` (if any) took it."""
     def keep(data: Any) -> bool:
-        if save_checkpoint is not None and not save_checkpoint(data):
+        if save is not None and not save(data):
             return False
         saved.append(data)
         return True
+    return keep
 
-    flag = StopFlag()
-    if stopping:
-        flag.set()
-    handle = registry.Job(id=job_id, kind=kind, queue=queue, payload=payload, attempt=attempt,
-                          max_attempts=max_attempts, checkpoint_data=checkpoint_data,
-                          stopping=flag, save_checkpoint=keep, transaction=transaction)
-    error: BaseException | None = None
-    result: Any = None
-    opened = hooks.enter(handle) if hooks.active else None
-    started = time.monotonic()
-    try:
-        if registration.is_async:
-            result = asyncio.run(registration.handler(handle))
-        else:
-            result = registration.handler(handle)
-            if result is not None:
-                registry.refuse_awaitable(result, registration)
-    except Exception as exc:  # noqa: BLE001 - every failure is the job's outcome
-        error, result = exc, None
-    decision = outcomes.decide(error, attempt, stopping, retry_base_seconds, retry_max_seconds)
-    ending = outcomes.ending(decision, attempt, max_attempts)
-    if opened is not None:
-        hooks.leave(opened, hooks.RunEnd(ending, error, result, time.monotonic() - started))
-    return JobOutcome(kind, job_id, RETRY if ending == hooks.RETRIED else ending,
-                      decision.error, decision.retry_in_seconds, error, tuple(saved), decision,
-                      result)
+
+def _run(run: Run, handle: registry.Job, saved: list[Any], retry_base_seconds: float,
+         retry_max_seconds: float) -> JobOutcome:
+    """Run ``run``'s handler here and now and end it as a worker does."""
+    ended: list[JobOutcome] = []
+
+    def end(run: Run, error: BaseException | None) -> None:
+        # In an async handler's task, as in a worker: the hooks' ends run
+        # in the context their starts set.
+        run.duration = time.monotonic() - run.started  # type: ignore[operator]
+        timeout = run.registration.timeout if run.registration is not None else None
+        if timeout is not None and not run.is_async and run.duration > timeout:
+            run.timed_out = True
+        run.decision, error = running.decide(run, error, retry_base_seconds,
+                                             retry_max_seconds)
+        if run.opened is not None:
+            running.leave(run, error)
+        decision = run.decision
+        ended.append(JobOutcome(
+            run.claimed.kind, run.claimed.id,
+            RETRY if decision.outcome is Outcome.RETRIED else decision.outcome,
+            decision.error, decision.retry_in_seconds, error, tuple(saved), decision,
+            run.output if error is None else None))
+
+    run.started = time.monotonic()
+    if run.is_async:
+        asyncio.run(running.call_async(run, lambda _: handle, end))
+    else:
+        end(run, running.call(run, lambda _: handle))
+    return ended[0]
 
 
 def drain(database: str | db.JobStore, *, queues: Sequence[str] | None = None,
@@ -180,17 +208,8 @@ def _run_claimed(store: db.JobStore, transactions: Transactions, job: db.Claimed
                  retry_base_seconds: float, retry_max_seconds: float) -> JobOutcome:
     # A run that completes in its transaction has its row written there;
     # drain's write of its outcome after it is fenced, and finds nothing.
-    completing = types.SimpleNamespace(claimed=job, completed=False)
-    outcome = run_job(
-        job.kind, json.loads(job.payload_json), attempt=job.attempt,
-        max_attempts=job.max_attempts, checkpoint_data=job.checkpoint_data, job_id=job.id,
-        queue=job.queue, retry_base_seconds=retry_base_seconds,
-        retry_max_seconds=retry_max_seconds,
-        save_checkpoint=lambda data: store.save_checkpoint(job.id, CLAIMANT, data),
-        transaction=functools.partial(transactions.around, completing))
-    if completing.completed and outcome.outcome != SUCCEEDED:
-        # What the handler raised after its block changes nothing: the job
-        # succeeded, as a worker says too.
-        return dataclasses.replace(outcome, outcome=SUCCEEDED, error=None, seconds=0.0,
-                                   decision=outcomes.SUCCESS)
-    return outcome
+    run = Run(job, _CLAIM, -1, registry.registration_for(job.kind))
+    saved: list[Any] = []
+    handle = running.handle(run, _keeping(saved, lambda data: store.save_checkpoint(
+        job.id, CLAIMANT, data)), transactions)
+    return _run(run, handle, saved, retry_base_seconds, retry_max_seconds)

@@ -83,7 +83,8 @@ def generations_of(jobs: Iterable[ClaimedJob]) -> dict[str, int | None]:
 
 
 class Outcome(NamedTuple):
-    """How one run ended, as record_outcomes writes it."""
+    """What record_outcomes writes for one ended run: its row's values, not
+    the word for how it ended (that is an outcomes.Outcome)."""
 
     job_id: int
     #: None for a success; else the failure, readable by a person.

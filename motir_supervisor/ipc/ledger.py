@@ -11,7 +11,9 @@ killed the worker), and everything else goes back untouched.
 
 An entry's fields are written before its state byte, and a one-byte store
 cannot tear, so a reader never sees a state with half-written fields. This
-module holds no SQL and knows nothing of threads or signals.
+module holds no SQL and knows nothing of threads or signals. The decided
+states stand for outcomes (outcomes.Outcome); outcomes.LEDGER_STATES maps
+one to the other.
 """
 
 from __future__ import annotations

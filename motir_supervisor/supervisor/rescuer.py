@@ -90,7 +90,7 @@ class Rescuer:
                            e.state == ledger.SNOOZED, e.output)
                 for e in decided.values()])
             for job_id, new_state, kind in written:
-                outcome = outcomes.outcome_of(new_state, decided[job_id].state == ledger.SNOOZED)
+                outcome = outcomes.written_outcome(new_state, decided[job_id])
                 log.info("job %d %s %s in %.3fs: outcome written for exited worker %s", job_id,
                          kind, outcome, decided[job_id].seconds, item.claimant)
                 # A worker forked later inherits this label child, and
@@ -127,11 +127,11 @@ class Rescuer:
             return
         for job_id, state, kind in self.store.states_of_jobs(rest):
             entry = decided[job_id]
-            self._count(item, job_id, kind,
-                        outcomes.outcome_of(state, entry.state == ledger.SNOOZED), entry.seconds)
+            self._count(item, job_id, kind, outcomes.written_outcome(state, entry),
+                        entry.seconds)
 
     @staticmethod
-    def _count(item: PendingRelease, job_id: int, kind: str, outcome: str,
+    def _count(item: PendingRelease, job_id: int, kind: str, outcome: outcomes.Outcome,
                seconds: float) -> None:
         if job_id not in item.counted:
             item.counted.add(job_id)

@@ -6,6 +6,8 @@
   goes back before it starts; :mod:`.batching` holds its numbers.
 - :mod:`.executor` — runs the claimed jobs on handler threads, and
   :mod:`.event_loop` the ``async def`` ones.
+- :mod:`.running` — one run, from its handler's call to its decided
+  outcome; testing ends runs through it too.
 - :mod:`.completer` — writes what the runs ended with, several to a
   statement.
 - :mod:`.leases` — renews the claims' leases, and has the kernel end the

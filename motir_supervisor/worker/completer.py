@@ -17,6 +17,7 @@ from typing import Callable
 import psycopg2
 
 from .. import db, metrics, outcomes
+from ..outcomes import Outcome
 from ..config import Config
 from ..ipc import ledger
 from .batching import RoundTrips
@@ -94,7 +95,7 @@ class Completer:
             # Runs whose handlers committed their success in their own
             # transaction are written already; those that returned a value
             # go in a statement of their own, which writes the outputs too.
-            completed = [(run, "succeeded") for run in succeeded if run.completed]
+            completed = [(run, Outcome.SUCCEEDED) for run in succeeded if run.completed]
             if completed:
                 self._count_and_settle(completed)
                 self._to_write = [r for r in self._to_write if not r.written]
@@ -118,18 +119,18 @@ class Completer:
         if self._to_write:
             stopped = self._to_write
             self.store.release_claims_of([self.claimant], [run.claimed.id for run in stopped])
-            ended = [(run, "released") for run in stopped]
+            ended = [(run, Outcome.RELEASED) for run in stopped]
             self._count_and_settle(ended)
             self._to_write = []
             _log_ended(ended)
 
-    def _record_successes(self, runs: list[Run]) -> list[tuple[Run, str]]:
+    def _record_successes(self, runs: list[Run]) -> list[tuple[Run, Outcome]]:
         """Write the successes of runs that returned nothing; (run, outcome)
         for each. Where some came from a limited claim, the write hands their
         keys' slots on to the keys' next jobs (see Producer.write_handing_on)."""
         return self._write_successes(runs, hand_on=True, outputs=False)
 
-    def _record_with_outputs(self, runs: list[Run]) -> list[tuple[Run, str]]:
+    def _record_with_outputs(self, runs: list[Run]) -> list[tuple[Run, Outcome]]:
         """Write the successes of runs that returned a value, with their
         outputs. A value the database refuses although outcomes.output_json
         took it (nested deeper than the server's stack allows, a number past
@@ -150,7 +151,7 @@ class Completer:
             _log_ended(ended)
         return []
 
-    def _record_one_with_output(self, run: Run) -> list[tuple[Run, str]]:
+    def _record_one_with_output(self, run: Run) -> list[tuple[Run, Outcome]]:
         # The hand-on's statement runs deeper on the server's stack than
         # record_successes_with_output, so a value it refuses may still be
         # stored by the latter, which hands nothing on.
@@ -168,7 +169,7 @@ class Completer:
         return self._write_successes([run], hand_on=False, outputs=False)
 
     def _write_successes(self, runs: list[Run], hand_on: bool,
-                         outputs: bool) -> list[tuple[Run, str]]:
+                         outputs: bool) -> list[tuple[Run, Outcome]]:
         """One statement writing these successes, with the runs' outputs or
         without; through the hand-on when asked and some came from a limited
         claim. (run, outcome) for each."""
@@ -178,9 +179,10 @@ class Completer:
             written = self.hand_on(ids, values, db.generations_of(run.claimed for run in runs))
         else:
             written = self.store.record_successes(self.claimant, ids, values)
-        return [(run, "succeeded" if run.claimed.id in written else "lost") for run in runs]
+        return [(run, Outcome.SUCCEEDED if run.claimed.id in written else Outcome.LOST)
+                for run in runs]
 
-    def _record_outcomes(self, runs: list[Run]) -> list[tuple[Run, str]]:
+    def _record_outcomes(self, runs: list[Run]) -> list[tuple[Run, Outcome]]:
         """Write the outcomes of runs that did not simply succeed; (run,
         outcome) for each."""
         states = self.store.record_outcomes(self.claimant, [
@@ -229,7 +231,7 @@ class Completer:
         self.held.pop(run.claimed.id, None)
         self.ledger.release(run.entry)
 
-    def _count_and_settle(self, ended: list[tuple[Run, str]]) -> None:
+    def _count_and_settle(self, ended: list[tuple[Run, Outcome]]) -> None:
         """Free each written run's ledger entry and count the run in the
         fleet's metrics right after: an entry the supervisor finds still in
         use after a SIGKILL is a run not counted yet, which it counts (see
@@ -241,14 +243,14 @@ class Completer:
                                run.waited())
 
 
-def log_run(run: Run, outcome: str, detail: str = "") -> None:
+def log_run(run: Run, outcome: Outcome, detail: str = "") -> None:
     """The log line of a run that did not simply succeed."""
-    if outcome == "lost":
+    if outcome == Outcome.LOST:
         detail = "the claim was no longer this worker's; outcome not recorded"
     outcomes.log_outcome(_line(run, outcome, detail), outcome)
 
 
-def _line(run: Run, outcome: str, detail: str = "") -> str:
+def _line(run: Run, outcome: Outcome, detail: str = "") -> str:
     job = run.claimed
     return outcomes.outcome_line(job.id, job.kind, job.attempt, job.max_attempts, outcome,
                                  run.duration, detail)
@@ -259,9 +261,9 @@ def _refused(exc: psycopg2.Error) -> bool:
     return exc.pgcode is not None and exc.pgcode[:2] in REFUSED_VALUES
 
 
-def _log_ended(ended: list[tuple[Run, str]]) -> None:
-    outcomes.log_successes([_line(run, "succeeded")
-                            for run, outcome in ended if outcome == "succeeded"])
+def _log_ended(ended: list[tuple[Run, Outcome]]) -> None:
+    outcomes.log_successes([_line(run, Outcome.SUCCEEDED)
+                            for run, outcome in ended if outcome == Outcome.SUCCEEDED])
     for run, outcome in ended:
-        if outcome != "succeeded":
+        if outcome != Outcome.SUCCEEDED:
             log_run(run, outcome, run.decision.summary)

@@ -8,7 +8,8 @@ share the same slots.
 A thread that finishes a run takes the next ready one itself, so jobs that
 take no time flow through one thread without a hand-over each. Every run's
 state goes to the worker's ledger (shared with the supervisor) before its
-handler starts and as soon as its outcome is decided. The main thread of the
+handler starts and as soon as its outcome is decided; how one run goes, from
+its call to that outcome, is :mod:`.running`'s. The main thread of the
 worker feeds runs in with :meth:`Executor.submit` and collects ended ones
 with :meth:`Executor.take_finished`; this module runs no SQL, handles no
 signal and never forks.
@@ -17,7 +18,6 @@ signal and never forks.
 from __future__ import annotations
 
 import collections
-import functools
 import heapq
 import logging
 import os
@@ -25,10 +25,12 @@ import threading
 import time
 from typing import Any, Callable
 
-from .. import hooks, outcomes, registry
+from .. import hooks, registry
 from ..ipc import ledger, lifecycle
+from . import running
 from .claims import Run
 from .event_loop import EventLoop
+from .title import running_jobs
 from .transactions import Transactions
 
 #: Runs shorter than this on average (no-ops, cache writes) mostly hold the
@@ -122,8 +124,10 @@ class Executor:
         self._stopped = False
         #: Threads telling timed-out runs' on_run_end hooks (main thread only).
         self._telling: list[threading.Thread] = []
+        #: _begin, bound once rather than on every run it is handed to.
+        self._begin_run = self._begin
         #: Where async handlers run; its loop starts with the first of them.
-        self._async = EventLoop(self._begin, self._returned, self._finish)
+        self._async = EventLoop(self._begin_run, self._finish)
 
     # -- the main thread's side ------------------------------------------------
 
@@ -243,10 +247,7 @@ class Executor:
         opened = run.told_at_timeout
         if opened is None:
             return
-        job, error = run.claimed, _timeout_error(run)
-        decision = outcomes.decide(error, job.attempt, False, self.retry_base, self.retry_cap)
-        ended = hooks.RunEnd(outcomes.ending(decision, job.attempt, job.max_attempts), error,
-                             None, time.monotonic() - (run.started or 0.0), True)
+        ended = running.end_at_timeout(run, self.retry_base, self.retry_cap)
         thread = threading.Thread(target=hooks.tell_end, args=(opened, ended),
                                   name="hooks", daemon=True)
         self._telling = [t for t in self._telling if t.is_alive()] + [thread]
@@ -320,16 +321,20 @@ class Executor:
         return mine
 
     def _finish(self, run: Run, error: BaseException | None, me: _Thread | None) -> Run | None:
+        # started: set by _start_more before the run was handed to anyone.
+        run.duration = time.monotonic() - run.started  # type: ignore[operator]
         if run.opened is not None:
-            self._tell_hooks(run, error)
-        else:
-            # started: set by _start_more before the run was handed to anyone.
-            run.duration = time.monotonic() - run.started  # type: ignore[operator]
+            # Its hooks end before its slot frees and its outcome is written
+            # (so a hook has run by the time the row shows the outcome); the
+            # ledger has the outcome first, so a worker killed meanwhile
+            # loses none, and a drain's deadline gives back no finished run.
+            with self._lock:
+                error = self._decide(run, error)
+            running.leave(run, error)
         with self._lock:
             if run.decision is None:  # not decided before its hooks ended
-                run.decision, _ = self._decide(run, error)
                 # Under the lock, so that abandon() never marks a run that has ended.
-                self._record_decision(run)
+                self._decide(run, error)
             if not run.is_async:
                 self._sync_running -= 1
             recent = self._recent
@@ -363,86 +368,24 @@ class Executor:
             self._wake()
         return mine
 
-    def _record_decision(self, run: Run) -> None:
+    def _decide(self, run: Run, error: BaseException | None) -> BaseException | None:
+        """Decide how a run ended and put that in the ledger; returns the
+        error that says so. Under the lock: time_out() may mark the run until
+        its decision is made, and a decided run no longer times out."""
+        run.decision, error = running.decide(run, error, self.retry_base, self.retry_cap)
         decision = run.decision
         self.ledger.decide(run.entry, decision.state, run.duration, decision.error,
                            decision.retry_in_seconds, decision.permanent, run.output_json)
-
-    def _decide(self, run: Run, error: BaseException | None
-                ) -> tuple[outcomes.Decision, BaseException | None]:
-        """How a run ended, and the error that says so; under the lock, since
-        time_out() may mark the run until its decision is made."""
-        if run.completed:
-            if error is not None:
-                log.warning("job %d %s raised after its transaction committed its success"
-                            " (%s); it stays succeeded", run.claimed.id, run.claimed.kind,
-                            outcomes.first_line(error))
-            return outcomes.SUCCESS, None
-        if run.timed_out and not run.is_async:  # an async run's error says it already
-            error = _timeout_error(run)
-        decision = outcomes.SUCCESS if error is None else outcomes.decide(
-            error, run.claimed.attempt, run.stopping.value, self.retry_base, self.retry_cap)
-        return decision, error
-
-    def _tell_hooks(self, run: Run, error: BaseException | None) -> None:
-        """Decide how a run ended and run its hooks' ends, before its slot
-        frees and its outcome is written (so a hook has run by the time the
-        row shows the outcome). A decided run no longer times out."""
-        run.duration = time.monotonic() - run.started  # type: ignore[operator]
-        with self._lock:
-            run.decision, error = self._decide(run, error)
-            # In the ledger now: a worker killed while the hooks end loses
-            # no outcome, and a drain's deadline gives back no finished run.
-            self._record_decision(run)
-        job = run.claimed
-        assert run.opened is not None
-        hooks.leave(run.opened, hooks.RunEnd(
-            outcomes.ending(run.decision, job.attempt, job.max_attempts), error,
-            run.output if error is None else None, run.duration, run.timed_out))
+        return error
 
     def _begin(self, run: Run) -> registry.Job:
-        """What comes before a handler, in its thread or task: the title,
-        its handle, the hooks' starts; a kind nobody registered fails here."""
-        self._announce(run)
-        handle = self._job_handle(run)
-        if hooks.active:
-            run.opened = hooks.enter(handle)
-        if run.registration is None:
-            known = ", ".join(registry.registered_kinds()) or "none"
-            raise LookupError(f"no handler registered for job kind {run.claimed.kind!r}"
-                              f" (registered: {known})")
-        return handle
-
-    def _returned(self, run: Run, result: Any) -> None:
-        """Keep what a handler returned for its output."""
-        run.output = result
-        run.output_json, why = outcomes.output_json(result)
-        if why:
-            log.warning("job %d %s returned a value output cannot store: %s; its output stays"
-                        " empty", run.claimed.id, run.claimed.kind, why)
-
-    def _job_handle(self, run: Run) -> registry.Job:
-        job = run.claimed
-        return registry.Job(
-            id=job.id, kind=job.kind, queue=job.queue, payload_json=job.payload_json,
-            attempt=job.attempt, max_attempts=job.max_attempts,
-            checkpoint_data=job.checkpoint_data, stopping=run.stopping,
-            save_checkpoint=lambda data: self._save_checkpoint(job.id, data),
-            transaction=None if self._transactions is None else functools.partial(
-                self._transactions.around, run),
-            trace_context=job.trace_context)
-
-    def _announce(self, run: Run) -> None:
-        count = len(self._running)
-        if self._holding_back():
-            # Runs too short to name one by one: a title per run would cost
-            # more than the run.
-            text = "running short jobs"
-        elif count <= 1:
-            text = f"running job {run.claimed.id} {run.claimed.kind}"
-        else:
-            text = f"running {count} jobs"
-        self._title(text)
+        """What comes before a handler, in its thread or task: the title and
+        its handle (running.call and call_async enter its hooks)."""
+        job_id = run.claimed.id
+        self._title(running_jobs(job_id, run.claimed.kind, len(self._running),
+                                 self._holding_back()))
+        return running.handle(run, lambda data: self._save_checkpoint(job_id, data),
+                              self._transactions)
 
     # -- handler threads ------------------------------------------------------------
 
@@ -455,7 +398,7 @@ class Executor:
                         thread.event.wait()
                         run = thread.run
                     thread.took.set()
-                error = self._call(run)
+                error = running.call(run, self._begin_run)
                 if lifecycle.forked_by_handler:
                     os._exit(0)  # a copy a handler forked: see watch_for_handler_forks
                 run = self._finish(run, error, thread)
@@ -464,20 +407,3 @@ class Executor:
             # and the supervisor gives back what it held and starts a new one.
             log.exception("a handler thread broke")
             os._exit(70)
-
-    def _call(self, run: Run) -> BaseException | None:
-        try:
-            handle = self._begin(run)
-            assert run.registration is not None  # _begin raised otherwise
-            result = run.registration.handler(handle)
-            if result is not None:
-                registry.refuse_awaitable(result, run.registration)
-                self._returned(run, result)
-        except BaseException as exc:  # noqa: BLE001 - every failure is the job's outcome
-            return exc
-        return None
-
-
-def _timeout_error(run: Run) -> TimeoutError:
-    assert run.registration is not None  # a run with a timeout has a kind
-    return TimeoutError(f"ran past the timeout of its kind ({run.registration.timeout:g}s)")

@@ -9,6 +9,7 @@ The worker's main thread calls it and owns its one field.
 from __future__ import annotations
 
 from .. import metrics, registry
+from ..outcomes import Outcome
 from .completer import log_run
 from .executor import Executor
 
@@ -32,10 +33,10 @@ class Timeouts:
             if run.is_async or run.timed_out or now < run.timeout_at:
                 continue
             if self.executor.time_out(run):
-                metrics.record_run(run.claimed.kind, "timed out", run.duration,
+                metrics.record_run(run.claimed.kind, Outcome.TIMED_OUT, run.duration,
                                    run.claimed.queue, run.waited())
                 assert run.registration is not None  # a run with a timeout has a kind
-                log_run(run, "timed out", f"ran past its timeout of"
+                log_run(run, Outcome.TIMED_OUT, f"ran past its timeout of"
                         f" {run.registration.timeout:g}s")
                 self.executor.tell_timed_out(run)
                 timed_out = True

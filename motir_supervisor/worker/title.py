@@ -27,3 +27,14 @@ class WorkerTitle:
             with self._lock:  # handler threads set it too: the last one set wins
                 self._last = doing
                 setproctitle.setproctitle(f"motir-supervisor: worker {self.index} {doing}")
+
+
+def running_jobs(job_id: int, kind: str, count: int, short: bool) -> str:
+    """What a worker running ``count`` jobs, job ``job_id`` of ``kind`` the
+    latest, is doing. Runs too ``short`` to name one by one share one
+    title: a title per run would cost more than the run."""
+    if short:
+        return "running short jobs"
+    if count <= 1:
+        return f"running job {job_id} {kind}"
+    return f"running {count} jobs"

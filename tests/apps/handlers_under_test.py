@@ -3,6 +3,7 @@ run through motir_supervisor.testing: no database of their own, so what
 they did is kept in RUNS."""
 
 import asyncio
+import time
 
 from motir_supervisor import Interrupted, PermanentFailure, Snooze, job
 
@@ -81,3 +82,36 @@ async def _noted(j):
 @job("helper_forgot_async")
 def forgot_async(j):
     return _noted(j)  # meant to be `async def`: the coroutine is never awaited
+
+
+@job("helper_exits")
+def exits(j):
+    """Raises SystemExit, as a library's sys.exit() in a handler does."""
+    _note(j)
+    raise SystemExit(3)
+
+
+@job("helper_exits_async")
+async def exits_async(j):
+    _note(j)
+    raise SystemExit(3)
+
+
+@job("helper_keyboard_interrupt")
+def keyboard_interrupt(j):
+    _note(j)
+    raise KeyboardInterrupt()
+
+
+@job("helper_overruns", timeout=0.05)
+def overruns(j):
+    """Returns, but only after its kind's timeout."""
+    _note(j)
+    time.sleep(0.1)
+    return "late"
+
+
+@job("helper_overruns_async", timeout=0.05)
+async def overruns_async(j):
+    _note(j)
+    await asyncio.sleep(5)

@@ -150,6 +150,31 @@ def test_a_handler_that_ends_its_process_spends_only_the_attempts_that_ran(
     assert second_worker != first_worker
 
 
+@pytest.mark.parametrize("kind", ["helper_exits", "helper_exits_async",
+                                  "helper_keyboard_interrupt"])
+def test_a_handler_raising_system_exit_ends_as_testing_run_job_says(
+        executions, start_supervisor, kind):
+    """SystemExit and KeyboardInterrupt from a handler are its failed
+    attempt, in a worker as under testing.run_job: the same outcome, the
+    same error, and the worker goes on."""
+    from motir_supervisor import testing
+    from tests.apps import handlers_under_test  # noqa: F401 - registers the kinds
+
+    supervisor = start_supervisor("--workers", "1", "--concurrency", "2",
+                                  "--app", "tests.apps.handlers_under_test")
+    [worker] = supervisor.wait_for_workers(1)
+    [job_id] = enqueue(executions, kind, max_attempts=1)
+    wait_until(lambda: state_of(executions, job_id) == "failed", 10)
+    error = executions.value("SELECT last_error FROM job_queue WHERE id = %s", (job_id,))
+    under_test = testing.run_job(kind, max_attempts=1)
+    assert under_test.outcome == "failed"
+    assert under_test.error.splitlines()[0] == error.splitlines()[0], (under_test.error, error)
+    [after] = enqueue(executions, "helper_ok")
+    wait_until(lambda: state_of(executions, after) == "succeeded", 10)
+    assert supervisor.worker_pids() == [worker]
+    assert "exited with code" not in supervisor.output()
+
+
 def test_a_job_started_behind_a_blocked_loop_is_not_charged_for_the_wait(
         executions, start_supervisor):
     """Its timeout counts from its own first step, as asyncio's does: jobs

@@ -66,7 +66,7 @@ def _raised(exc: BaseException) -> BaseException:
 def test_an_exception_that_cannot_be_read_fails_its_run_all_the_same(error, says):
     """Whatever a handler's exception does when it is read, deciding its run
     never raises: the attempt fails, saying what could be said."""
-    decision = outcomes.decide(_raised(error), 1, False, 1, 10)
+    decision = outcomes.decide(_raised(error), 1, 5, False, 1, 10)
     assert decision.state == ledger.FAILED
     assert decision.error.startswith(says), decision.error
     assert decision.summary.startswith(says)
@@ -79,7 +79,7 @@ def test_an_unpicklable_or_huge_exception_fails_its_run_with_a_bounded_error():
     unpicklable.lock = threading.Lock()
     huge = ValueError("x" * 10_000_000)
     for error in (unpicklable, huge):
-        decision = outcomes.decide(_raised(error), 1, False, 1, 10)
+        decision = outcomes.decide(_raised(error), 1, 5, False, 1, 10)
         assert decision.state == ledger.FAILED
         assert decision.error.startswith(type(error).__name__)
         assert len(decision.error) <= outcomes.MAX_ERROR_CHARS
@@ -100,7 +100,7 @@ def test_a_traceback_that_cannot_be_rendered_keeps_the_exception_s_own_text():
     try:
         module["fail"]()
     except ValueError as error:
-        decision = outcomes.decide(error, 1, False, 1, 10)
+        decision = outcomes.decide(error, 1, 5, False, 1, 10)
     assert decision.state == ledger.FAILED
     assert decision.error.startswith("ValueError: the real failure\n"), decision.error
     assert "its traceback could not be rendered: RuntimeError" in decision.error

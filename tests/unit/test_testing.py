@@ -3,6 +3,8 @@ with its error and delay, failure, snooze, a stopping handler interrupted at
 its checkpoint), an async handler, an unknown kind, and the plugin's fixtures.
 The handlers are those of tests/apps/handlers_under_test.py."""
 
+import time
+
 import pytest
 
 import tests.apps.handlers_under_test as app
@@ -65,6 +67,32 @@ def test_an_async_handler_runs_to_its_outcome():
     failed = testing.run_job("helper_async", {"fail": True}, attempt=5, max_attempts=5)
     assert failed.outcome == "failed" and failed.error.startswith("ValueError: async boom")
     assert app.RUNS == [("helper_async", 1, 1), ("helper_async", 1, 5)]
+
+
+@pytest.mark.parametrize("kind, raised", [("helper_exits", SystemExit),
+                                          ("helper_exits_async", SystemExit),
+                                          ("helper_keyboard_interrupt", KeyboardInterrupt)])
+def test_a_handler_raising_system_exit_or_keyboard_interrupt_fails_its_attempt(kind, raised):
+    """As in a worker (tests/e2e/test_hostile_handlers.py runs the same
+    kinds there): what a handler raises is its run's outcome, never the
+    caller's exception."""
+    retried = testing.run_job(kind, attempt=1, max_attempts=2)
+    assert retried.outcome == "retry" and isinstance(retried.exception, raised)
+    failed = testing.run_job(kind, attempt=2, max_attempts=2)
+    assert failed.outcome == "failed"
+    assert failed.error.startswith(f"{raised.__name__}: ")
+
+
+def test_a_kind_s_timeout_fails_the_run_as_a_worker_does():
+    """An async handler is cancelled at its timeout; a plain one cannot be,
+    and fails as a timeout once it returns past it, as a worker writes it."""
+    for kind in ("helper_overruns", "helper_overruns_async"):
+        started = time.monotonic()
+        outcome = testing.run_job(kind, max_attempts=1)
+        assert outcome.outcome == "failed" and isinstance(outcome.exception, TimeoutError)
+        assert outcome.error.startswith("TimeoutError: ran past the timeout of its kind (0.05s)")
+        assert outcome.output is None
+    assert time.monotonic() - started < 1  # the async one did not sleep its 5 s
 
 
 def test_an_unknown_kind_is_named():
