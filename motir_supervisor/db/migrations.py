@@ -11,7 +11,7 @@ import re
 import psycopg2.errors
 
 from .session import Session
-from .statements import QUERIES, SQL_FOLDER, read_sql
+from .statements import SQL_FOLDER, read_sql, text_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +46,7 @@ def migrate(session: Session) -> list[Migration]:
                 # One transaction: committed whole, or rolled back whole.
                 with conn, conn.cursor() as cur:
                     cur.execute(migration.sql)
-                    cur.execute(QUERIES["record_migration"],
+                    cur.execute(text_of("record_migration"),
                                 {"version": migration.version, "name": migration.name})
             finally:
                 conn.autocommit = True

@@ -17,6 +17,8 @@ import collections
 import operator
 from typing import Any, Callable, Generic, Iterable, NamedTuple, Sequence, TypeVar
 
+import psycopg2.extensions
+
 T = TypeVar("T", bound=tuple)
 
 
@@ -51,6 +53,14 @@ class Result(NamedTuple):
         """Each row as a named tuple of all its columns, for reports that
         show whatever the statement returns (``status``)."""
         return [_record_type(self.names)._make(row) for row in self.rows]
+
+
+def result_of(cur: psycopg2.extensions.cursor) -> Result:
+    """What the statement last run on ``cur`` returned."""
+    description = cur.description
+    if not description:
+        return Result((), [])
+    return Result(tuple([column.name for column in description]), cur.fetchall())
 
 
 def _record_type(names: tuple[str, ...], _made: dict[tuple[str, ...], Any] = {}) -> Any:

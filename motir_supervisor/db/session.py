@@ -16,8 +16,8 @@ import psycopg2
 import psycopg2.extensions
 
 from .connections import connect
-from .rows import Result
-from .statements import DECLARED, QUERIES, prepared_form, sent_with
+from .rows import Result, result_of
+from .statements import DECLARED, QUERIES, prepared_form, sent_with, text_of
 
 #: Filled on first use, so that a statement replaced at start-up (as the
 #: tests' negative control replaces the claim) is the one prepared.
@@ -114,13 +114,10 @@ class Session:
             else:
                 statement = QUERIES[name]
             cur.execute(sent_with(name, statement), params)
-            description = cur.description
-            if not description:
-                return Result((), [])
-            return Result(tuple([column.name for column in description]), cur.fetchall())
+            return result_of(cur)
 
     def count(self, name: str, params: dict[str, Any] | None = None) -> int:
         """Run the block ``name``; the number of rows it changed."""
         with self.conn.cursor() as cur:
-            cur.execute(sent_with(name, QUERIES[name]), params)
+            cur.execute(text_of(name), params)
             return cur.rowcount

@@ -1243,7 +1243,7 @@ ORDER BY kind;
 -- another at it does not wait (it looks again later). READ COMMITTED, so
 -- that the reroute's statements see what committed while they waited.
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-SELECT pg_try_advisory_xact_lock(hashtext('motir_supervisor.limits_sync'));
+SELECT pg_try_advisory_xact_lock(hashtext('motir_supervisor.limits_sync')) AS locked;
 
 -- lock_job_queue_for_routing --
 -- Before a kind changes lanes (its limit appears or goes): SHARE ROW
