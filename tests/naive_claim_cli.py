@@ -17,7 +17,8 @@ WHERE j.id IN (SELECT id FROM job_queue
                  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
                ORDER BY run_at, id LIMIT %(limit)s)
 RETURNING j.id, j.queue, j.kind, j.payload::text AS payload, j.attempts, j.max_attempts,
-          j.checkpoint, j.priority, false, 0.0::float8, j.trace_context
+          j.checkpoint, j.priority, false AS more_due, 0.0::float8 AS waited, j.trace_context,
+          NULL::bigint AS generation
 """
 
 if __name__ == "__main__":

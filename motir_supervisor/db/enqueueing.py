@@ -15,7 +15,8 @@ import psycopg2
 import psycopg2.extensions
 
 from .. import tracing
-from .statements import QUERIES
+from .rows import Rows, result_of
+from .statements import text_of
 
 
 class NewJob(NamedTuple):
@@ -35,6 +36,25 @@ class NewJob(NamedTuple):
     #: What the kind's max_running_per_key counts by; None for no key.
     concurrency_key: str | None = None
 
+
+class Inserted(NamedTuple):
+    """A row enqueue_jobs inserted; none for a job whose key was held."""
+
+    id: int
+    queue: str
+    unique_key: str | None
+
+
+class KeyHolder(NamedTuple):
+    """The pending or running job holding a unique key."""
+
+    queue: str
+    unique_key: str
+    id: int
+
+
+_INSERTED = Rows(Inserted)
+_KEY_HOLDERS = Rows(KeyHolder)
 
 #: (queue, unique_key): a key is unique within its queue.
 UniqueKey = tuple[str, str | None]
@@ -131,21 +151,21 @@ def enqueue_jobs(conn: psycopg2.extensions.connection,
 
 def _insert_jobs(cur: psycopg2.extensions.cursor, jobs: Sequence[NewJob]) -> list[int | None]:
     """The new id of each job, None for one whose unique key is held."""
-    cur.execute(QUERIES["enqueue_jobs"], {
+    cur.execute(text_of("enqueue_jobs"), {
         **{field: list(values) for field, values in zip(NewJob._fields, zip(*jobs))},
         # Enqueued inside a span: its runs join that trace.
         "trace_context": tracing.current_trace_context()})
-    rows = cur.fetchall()
+    rows = _INSERTED.of(result_of(cur))
     # Sorted by id, so in the order the jobs were given (see enqueue_jobs in
     # queries.sql); a keyed row is found by its key, being the only one.
-    keyed = {(queue, key): job_id for job_id, queue, key in rows if key is not None}
-    unkeyed = iter([job_id for job_id, _, key in rows if key is None])
+    keyed = {(row.queue, row.unique_key): row.id for row in rows if row.unique_key is not None}
+    unkeyed = iter([row.id for row in rows if row.unique_key is None])
     return [next(unkeyed) if job.unique_key is None else keyed.get((job.queue, job.unique_key))
             for job in jobs]
 
 
 def _holders_of_keys(cur: psycopg2.extensions.cursor,
                      jobs: Sequence[NewJob]) -> dict[UniqueKey, int]:
-    cur.execute(QUERIES["jobs_holding_unique_keys"], {
+    cur.execute(text_of("jobs_holding_unique_keys"), {
         "queue": [job.queue for job in jobs], "unique_key": [job.unique_key for job in jobs]})
-    return {(queue, key): job_id for queue, key, job_id in cur.fetchall()}
+    return {(row.queue, row.unique_key): row.id for row in _KEY_HOLDERS.of(result_of(cur))}

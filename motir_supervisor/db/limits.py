@@ -8,7 +8,8 @@ from typing import NamedTuple
 
 import psycopg2.extensions
 
-from .statements import QUERIES
+from .rows import Rows, result_of
+from .statements import text_of
 
 
 class Limits(NamedTuple):
@@ -39,9 +40,13 @@ class Limits(NamedTuple):
         return ", ".join(said) or "no limit"
 
 
+_LIMITS = Rows(Limits)
+
+
 def read_limits(cur: psycopg2.extensions.cursor) -> dict[str, Limits]:
-    cur.execute(QUERIES["limits"])
-    return {kind: Limits(*values) for kind, *values in cur.fetchall()}
+    cur.execute(text_of("limits"))
+    result = result_of(cur)
+    return dict(zip(result.column("kind"), _LIMITS.of(result)))
 
 
 def sync_limits(conn: psycopg2.extensions.connection,
@@ -59,10 +64,8 @@ def sync_limits(conn: psycopg2.extensions.connection,
     conn.autocommit = False
     try:
         with conn, conn.cursor() as cur:
-            cur.execute(QUERIES["lock_limits_sync"])
-            locked = cur.fetchone()
-            assert locked is not None  # the lock's SELECT returns one row
-            if not locked[0]:
+            cur.execute(text_of("lock_limits_sync"))
+            if not result_of(cur).value("locked"):
                 return None
             current = read_limits(cur)
             todo = changes(current)
@@ -73,17 +76,17 @@ def sync_limits(conn: psycopg2.extensions.connection,
                         if (limits.lanes() if limits else none)
                         != (current[kind].lanes() if kind in current else none)]
             if rerouted:
-                cur.execute(QUERIES["lock_job_queue_for_routing"])
+                cur.execute(text_of("lock_job_queue_for_routing"))
             done = []
             for kind, limits in sorted(todo.items()):
                 if limits is None:
-                    cur.execute(QUERIES["drop_limit"], {"kind": kind})
+                    cur.execute(text_of("drop_limit"), {"kind": kind})
                 else:
-                    cur.execute(QUERIES["set_limit"], {"kind": kind, **limits._asdict()})
+                    cur.execute(text_of("set_limit"), {"kind": kind, **limits._asdict()})
                 done.append(f"{kind}: {limits or Limits()}")
                 if kind in rerouted:
-                    cur.execute(QUERIES["route_kind"], {"kind": kind})
-            cur.execute(QUERIES["analyze_limits"])
+                    cur.execute(text_of("route_kind"), {"kind": kind})
+            cur.execute(text_of("analyze_limits"))
             return done
     finally:
         if not conn.closed:

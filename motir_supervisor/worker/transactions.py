@@ -31,9 +31,6 @@ from .. import db
 
 log = logging.getLogger("motir_supervisor.worker")
 
-#: The job's success, fenced on its claim, in the block's transaction.
-COMPLETE = f"{db.QUERIES['default_search_path']}\n{db.QUERIES['record_successes']}"
-
 
 class Completing(Protocol):
     """What a transaction completes: a worker's Run, or testing.drain's run."""
@@ -80,11 +77,9 @@ class Transactions:
                                 " writes were not committed with its success", job.id,
                                 job.kind)
                     conn.autocommit = False
-                with conn.cursor() as cur:
-                    cur.execute(COMPLETE, {"ids": [job.id], "claimant": self.claimant})
-                    if cur.rowcount != 1:
-                        raise ClaimLost(f"job {job.id} is no longer claimed by this worker;"
-                                        " its transaction was rolled back")
+                if not db.record_success_in_transaction(conn, job.id, self.claimant):
+                    raise ClaimLost(f"job {job.id} is no longer claimed by this worker;"
+                                    " its transaction was rolled back")
                 conn.commit()
             except BaseException:
                 _roll_back(conn)
@@ -106,8 +101,7 @@ class Transactions:
                 break
             try:
                 conn.autocommit = True
-                with conn.cursor() as cur:
-                    cur.execute("DISCARD ALL")
+                db.reset_session(conn)
                 _read_committed(conn)
                 return conn
             except psycopg2.Error:

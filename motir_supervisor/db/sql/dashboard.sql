@@ -67,7 +67,7 @@ GROUP BY queue, minute;
 -- if one is open: what it stamps with its now() is not visible before it
 -- commits, so no minute since then is settled (dashboard.reads). Only the
 -- sessions this role may see have a start here.
-SELECT min(xact_start)
+SELECT min(xact_start) AS began
 FROM pg_stat_activity
 WHERE datname = current_database() AND backend_type = 'client backend'
   AND pid <> pg_backend_pid();

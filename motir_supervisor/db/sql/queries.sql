@@ -1,6 +1,18 @@
 -- Every statement the package runs, as named blocks: a line "-- name --"
--- starts a block. Python code looks them up by name (see store.py) and never
--- builds SQL text. Parameters are psycopg2 %(name)s placeholders.
+-- starts a block. Python code looks them up by name (see db/statements.py)
+-- and never builds SQL text. Parameters are psycopg2 %(name)s placeholders;
+-- the columns a statement returns are read by their names.
+--
+-- After its name, a block's first line may declare how it is sent, in parts
+-- separated by ";" (as "-- claim_limited_jobs -- prepared; after: ..."):
+--   prepared      each worker connection prepares it on first use (none
+--                 does under --no-listen);
+--   after: a, b   the blocks a and b go before it, in the same query
+--                 string, hence in the same implicit transaction (a
+--                 prepared statement cannot hold two statements);
+--   plan: a       once prepared, its plan is made at once by an EXPLAIN of
+--                 it sent after the block a (see generic_plan).
+-- Nothing else is sent with a statement.
 
 -- listen --
 -- Workers hear the job_queue triggers' wake-ups on this channel (see
@@ -12,7 +24,7 @@ SET jit = off;
 
 -- read_committed --
 -- Sent before each statement that ends runs, and before a queue's pause and
--- resume, in one query string (see db.JobStore._run): the triggers a freed
+-- resume, in one query string (their headers say so): the triggers a freed
 -- slot and a pause or resume fire (migrations/0008 and 0011) look again,
 -- after the claims' lock, at what a claim committed meanwhile, which a
 -- transaction's single snapshot under REPEATABLE READ (a role's or
@@ -20,7 +32,7 @@ SET jit = off;
 -- claims may have changed since its snapshot.
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 
--- claim_due_jobs --
+-- claim_due_jobs -- prepared
 -- One statement, hence one transaction: it locks due rows, skipping rows
 -- another worker holds, and writes the claim before anything else can see
 -- them. The handler runs only after it commits. The locking subquery is
@@ -125,11 +137,13 @@ SELECT id, queue, kind, payload, attempts, max_attempts, checkpoint, priority,
                LIMIT 1
            ) AS left_over) AS more_due,
        -- How long it had been due when claimed (the wait an SLO watches).
-       extract(epoch FROM statement_timestamp() - run_at)::float8 AS waited, trace_context
+       extract(epoch FROM statement_timestamp() - run_at)::float8 AS waited, trace_context,
+       -- Regular jobs have no limits, hence no generation of them.
+       NULL::bigint AS generation
 FROM claimed
 ORDER BY priority, run_at, id;
 
--- seconds_until_next_due --
+-- seconds_until_next_due -- prepared
 -- How long until the earliest pending job of these queues is due (negative
 -- when one is due already): an idle worker sleeps no longer than that. The
 -- database's clock decides, so a skewed worker clock does not matter. A
@@ -229,8 +243,8 @@ SELECT extract(epoch FROM least(
            (SELECT min(a.allowed_at) FROM allowances AS a
             WHERE EXISTS (SELECT FROM job_queue AS q
                           WHERE q.state = 'pending' AND q.parked AND q.kind = a.kind)))
-       - clock_timestamp())::float8,
-       EXISTS (SELECT FROM job_queue_limits);
+       - clock_timestamp())::float8 AS seconds,
+       EXISTS (SELECT FROM job_queue_limits) AS any_limited;
 
 -- lock_limited_claims --
 -- Sent with claim_limited_jobs, before it, in one query string: PostgreSQL
@@ -239,14 +253,14 @@ SELECT extract(epoch FROM least(
 -- role's or database's default: under REPEATABLE READ the transaction's one
 -- snapshot would be taken by the first statement, before the lock, and two
 -- claims waiting on it would both count the same free slot. No JIT, as for
--- every worker session (db.JobStore.open), also on a --no-listen one. The
+-- every worker session (db.Session.open), also on a --no-listen one. The
 -- claim's generic plan from its first run (see generic_plan).
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 SET LOCAL jit = off;
 SET LOCAL plan_cache_mode = force_generic_plan;
 SELECT pg_advisory_xact_lock(hashtext('motir_supervisor.limited_claims'));
 
--- claim_limited_jobs --
+-- claim_limited_jobs -- prepared; after: lock_limited_claims; plan: generic_plan
 -- The claim of the jobs of limited kinds (migrations/0004 and 0007): never
 -- more than a kind's max_running running at once, never more than its
 -- max_running_per_key running at once with one concurrency_key, and never
@@ -724,7 +738,7 @@ FROM more AS m
 LEFT JOIN claimed AS c ON true
 ORDER BY c.priority, c.run_at, c.id;
 
--- renew_leases --
+-- renew_leases -- prepared
 -- Fenced on the claimant: a lease another process took over is not renewed,
 -- and the ids missing from the result tell the worker it lost them. A row
 -- with a claimant and a lease is running (the table's CHECK
@@ -739,7 +753,7 @@ WHERE id = ANY(%(ids)s::bigint[])
   AND lease_expires_at IS NOT NULL
 RETURNING id, cancel_requested;
 
--- record_successes --
+-- record_successes -- prepared; after: read_committed
 -- record_outcomes below, for the runs of a batch that returned (the others
 -- go there). Without the per-row decision and its join, and with far less to
 -- plan, the server spends much less on each job than the general statement
@@ -760,7 +774,7 @@ WHERE id = ANY(%(ids)s::bigint[])
   AND lease_expires_at IS NOT NULL
 RETURNING id, state, kind;
 
--- record_successes_with_output --
+-- record_successes_with_output -- after: read_committed
 -- record_successes for runs that returned a value: each row's output is
 -- written with its success. A statement of its own, so that the runs that
 -- return nothing (most of them) keep the plain one.
@@ -779,23 +793,42 @@ WHERE j.id = o.id
 RETURNING j.id, j.state, j.kind;
 
 -- default_search_path --
--- Sent before record_successes in the transaction a handler opened with
--- j.transaction() (worker/transactions.py), which writes the job's success
--- there, fenced on the claim as ever, so that the handler's writes and the
--- success commit together: the handler's block may have set a search_path
--- of its own, and the success goes to the session's default one's table.
+-- Sent before record_success_in_transaction: the handler's block may have
+-- set a search_path of its own, and the success goes to the session's
+-- default one's table.
 SET LOCAL search_path TO DEFAULT;
+
+-- record_success_in_transaction -- after: default_search_path
+-- record_successes, fenced the same way, for the job of the transaction its
+-- handler opened with j.transaction() (worker/transactions.py), so that
+-- the handler's writes and the job's success commit together.
+UPDATE job_queue
+SET state = 'succeeded',
+    finished_at = now(),
+    last_error = NULL,
+    locked_by = NULL,
+    lease_expires_at = NULL
+WHERE id = ANY(%(ids)s::bigint[])
+  AND locked_by = %(claimant)s
+  AND lease_expires_at IS NOT NULL
+RETURNING id;
+
+-- reset_session --
+-- A kept connection of j.transaction() made as new before its next block:
+-- whatever the block before set for its session is gone.
+DISCARD ALL;
 
 -- generic_plan --
 -- Sent before record_successes_handing_on, in one query string, after
--- read_committed. The server plans a prepared statement afresh for each of
+-- read_committed, and before the EXPLAIN that makes claim_limited_jobs'
+-- plan when a connection prepares it (their headers say so). The server plans a prepared statement afresh for each of
 -- its first five runs and keeps doing so while the plans it makes look
 -- cheaper than the generic one; planning this statement, or
 -- claim_limited_jobs, costs more than running it (5 ms against 4 for a
 -- hundred rows), and its generic plan is the one it is written for.
 SET LOCAL plan_cache_mode = force_generic_plan;
 
--- record_successes_handing_on --
+-- record_successes_handing_on -- prepared; after: read_committed, generic_plan
 -- record_successes for runs some of which came from a limited claim: each
 -- key of a kind limited per key only (no max_running, no rate limit) whose
 -- run succeeded hands its slot straight to the key's next due row, which
@@ -980,7 +1013,7 @@ FROM (SELECT NULL::bigint[], h.id, h.queue, h.kind, h.payload, h.attempts, h.max
       JOIN handing AS g ON g.kind = h.kind
       ORDER BY h.priority, h.run_at, h.id) AS h;
 
--- record_outcomes --
+-- record_outcomes -- prepared; after: read_committed
 -- The outcomes of a batch of runs in one statement, each fenced on the claim:
 -- a row another process took over meanwhile is left alone, and its id is
 -- missing from the result. A NULL error is a success. A failure goes back to
@@ -1032,7 +1065,7 @@ WHERE id = %(id)s
   AND state = 'running'
 RETURNING id;
 
--- release_claims_of --
+-- release_claims_of -- after: read_committed
 -- A drain gives the jobs back unfinished: due again at once, and the attempt
 -- is handed back too, because a deploy is not the job's failure.
 UPDATE job_queue
@@ -1046,7 +1079,7 @@ WHERE locked_by = ANY(%(claimants)s::text[])
   AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
 RETURNING id;
 
--- release_claims_not_held --
+-- release_claims_not_held -- after: read_committed
 -- After a lost connection: a claim whose reply was lost with it may have
 -- committed. Whatever the claimant holds beyond the jobs it knows of is
 -- such a claim, and goes back at once rather than at lease expiry.
@@ -1060,7 +1093,7 @@ WHERE locked_by = %(claimant)s
   AND NOT (id = ANY(%(held)s::bigint[]))
 RETURNING id;
 
--- fail_claims_of_dead --
+-- fail_claims_of_dead -- after: read_committed
 -- The claimant died running these jobs (killed, out of memory, crashed,
 -- timed out). The attempt counts, so a job that kills its worker every time
 -- runs out of attempts instead of crash-looping the fleet.
@@ -1084,7 +1117,7 @@ SELECT id, state, kind
 FROM job_queue
 WHERE id = ANY(%(ids)s::bigint[]);
 
--- expire_stale_leases --
+-- expire_stale_leases -- after: read_committed
 -- Any number of supervisors run this at once: SKIP LOCKED hands each batch to
 -- one of them, and nobody waits on a lock another reaper holds. The batch
 -- is taken in the order of job_queue_running (migrations/0012), which holds
@@ -1169,7 +1202,7 @@ JOIN job_queue AS j
   ON j.queue = k.queue AND j.unique_key = k.unique_key AND j.state IN ('pending', 'running');
 
 -- database_now --
-SELECT clock_timestamp();
+SELECT clock_timestamp() AS now;
 
 -- enqueue_scheduled --
 -- One scheduled instant of a kind, enqueued by whichever supervisor gets
@@ -1210,7 +1243,7 @@ ORDER BY kind;
 -- another at it does not wait (it looks again later). READ COMMITTED, so
 -- that the reroute's statements see what committed while they waited.
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-SELECT pg_try_advisory_xact_lock(hashtext('motir_supervisor.limits_sync'));
+SELECT pg_try_advisory_xact_lock(hashtext('motir_supervisor.limits_sync')) AS locked;
 
 -- lock_job_queue_for_routing --
 -- Before a kind changes lanes (its limit appears or goes): SHARE ROW
@@ -1310,7 +1343,7 @@ WITH target AS (
     WHERE j.id = t.id AND t.state IN ('pending', 'failed', 'running')
     RETURNING j.id
 )
-SELECT t.state, EXISTS (SELECT 1 FROM changed) FROM target AS t;
+SELECT t.state AS state_before, EXISTS (SELECT 1 FROM changed) AS changed FROM target AS t;
 
 -- retry_job --
 -- A failed or cancelled job gets a fresh set of attempts, due now, unless
@@ -1332,7 +1365,8 @@ WITH target AS (
       AND NOT EXISTS (SELECT FROM holder)
     RETURNING j.id
 )
-SELECT t.state, EXISTS (SELECT 1 FROM changed), (SELECT id FROM holder LIMIT 1)
+SELECT t.state AS state_before, EXISTS (SELECT 1 FROM changed) AS changed,
+       (SELECT id FROM holder LIMIT 1) AS key_holder
 FROM target AS t;
 
 -- retry_failed_of_kind --
@@ -1354,17 +1388,17 @@ WHERE j.kind = %(kind)s AND j.state = 'failed'
                     AND o.kind = j.kind AND o.state = 'failed')))
 RETURNING j.id;
 
--- pause_queue --
+-- pause_queue -- after: read_committed
 INSERT INTO job_queue_paused (queue) VALUES (%(queue)s)
 ON CONFLICT (queue) DO NOTHING
 RETURNING queue;
 
--- resume_queue --
+-- resume_queue -- after: read_committed
 -- A trigger (migrations/0011) wakes the workers.
 DELETE FROM job_queue_paused WHERE queue = %(queue)s RETURNING queue;
 
 -- paused_queues --
-SELECT queue, extract(epoch FROM now() - paused_at)
+SELECT queue, extract(epoch FROM now() - paused_at) AS paused_seconds
 FROM job_queue_paused
 ORDER BY queue;
 
@@ -1382,7 +1416,7 @@ WHERE id IN (
 );
 
 -- status_counts --
-SELECT queue, state, count(*)
+SELECT queue, state, count(*) AS jobs
 FROM job_queue
 GROUP BY queue, state
 ORDER BY queue, state;
@@ -1401,7 +1435,8 @@ SELECT extract(epoch FROM now() - least(
      FROM priorities AS p WHERE p.priority IS NOT NULL),
     (SELECT min(run_at) FROM job_queue
      WHERE state = 'pending' AND limited AND NOT parked AND run_at <= now()),
-    (SELECT min(run_at) FROM job_queue WHERE state = 'pending' AND parked)));
+    (SELECT min(run_at) FROM job_queue WHERE state = 'pending' AND parked)))
+    AS oldest_due_seconds;
 
 -- status_running --
 SELECT id, queue, kind, attempts, locked_by,
@@ -1411,7 +1446,7 @@ WHERE state = 'running'
 ORDER BY started_at, id;
 
 -- status_expired_leases --
-SELECT count(*)
+SELECT count(*) AS expired_leases
 FROM job_queue
 WHERE state = 'running' AND lease_expires_at < now();
 
@@ -1433,7 +1468,7 @@ CREATE TABLE IF NOT EXISTS motir_schema_migrations (
 SELECT version FROM motir_schema_migrations ORDER BY version;
 
 -- schema_version --
-SELECT coalesce(max(version), 0) FROM motir_schema_migrations;
+SELECT coalesce(max(version), 0) AS version FROM motir_schema_migrations;
 
 -- record_migration --
 INSERT INTO motir_schema_migrations (version, name) VALUES (%(version)s, %(name)s);

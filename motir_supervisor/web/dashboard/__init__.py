@@ -75,8 +75,7 @@ def create_app(database_url: str, password: str) -> Flask:
         WTF_CSRF_TIME_LIMIT=None,
     )
     expected = password.encode()
-    store = DashboardStore(database_url, application_name="motir-supervisor dashboard",
-                           prepare=False, statement_timeout=STATEMENT_TIMEOUT)
+    store = DashboardStore(database_url, statement_timeout=STATEMENT_TIMEOUT)
     # One connection for the dashboard, one request on it at a time: a few
     # people look at a dashboard, and its reads take milliseconds.
     lock = threading.Lock()
@@ -181,7 +180,7 @@ def create_app(database_url: str, password: str) -> Flask:
     def retry(job_id: int) -> BaseResponse:
         try:
             with lock:
-                result = store.retry_job(job_id)
+                result = store.actions.retry_job(job_id)
         except psycopg2.errors.UniqueViolation:
             return _back(f"A job with job {job_id}'s unique key was enqueued meanwhile;"
                          " nothing was retried.", "error", job_id)
@@ -200,7 +199,7 @@ def create_app(database_url: str, password: str) -> Flask:
     @app.post(f"/jobs/<int(max={MAX_ID}):job_id>/cancel")
     def cancel(job_id: int) -> BaseResponse:
         with lock:
-            result = store.cancel_job(job_id)
+            result = store.actions.cancel_job(job_id)
         if result is None:
             abort(404, f"no job {job_id}")
         state, changed = result
@@ -216,7 +215,8 @@ def create_app(database_url: str, password: str) -> Flask:
         if not queue:
             abort(400, "which queue?")
         with lock:
-            changed = store.pause_queue(queue) if pausing else store.resume_queue(queue)
+            changed = (store.actions.pause_queue(queue) if pausing
+                       else store.actions.resume_queue(queue))
         log.info("dashboard: queue %r %s from %s", queue,
                  "paused" if pausing else "resumed", request.remote_addr)
         said = {(True, True): "is paused", (True, False): "was paused already",

@@ -1,16 +1,16 @@
-"""What the dashboard's pages read, as rows of named columns.
+"""What the dashboard's pages read, as rows of named columns, over the
+dashboard's one connection.
 
 The statements are sql/dashboard.sql's; the actions (retry, cancel, pause,
-resume) are :class:`db.JobStore`'s own verbs, the ones the commands use, so
-the dashboard and the command line cannot disagree on what they do.
+resume) are :class:`db.Operations`' own verbs, the ones the commands use, so
+the dashboard and the command line cannot disagree on what they do. It
+claims nothing and writes no outcome.
 """
 
 from __future__ import annotations
 
 import datetime
 from typing import Any
-
-import psycopg2.extras
 
 from ... import db
 from ...schedule import Schedule
@@ -67,22 +67,28 @@ class EndedPerMinute:
         return {m: self.settled[m] if m in self.settled else counted[m] for m in shown}
 
 
-class DashboardStore(db.JobStore):
-    """A JobStore whose reads return dicts, for templates, and give up
-    after ``statement_timeout``."""
+class DashboardStore:
+    """The dashboard's reads, as dicts for templates, and its actions, over
+    one connection whose statements give up after ``statement_timeout``."""
 
-    def __init__(self, dsn: str, *, statement_timeout: str = "10s", **kwargs: Any):
-        super().__init__(dsn, **kwargs)
-        self.statement_timeout = statement_timeout
+    def __init__(self, dsn: str, *, statement_timeout: str = "10s",
+                 application_name: str = "motir-supervisor dashboard",
+                 timeout_seconds: float = 20.0):
+        self.session = db.Session(dsn, application_name, timeout_seconds=timeout_seconds,
+                                  prepare=False,
+                                  opening=[("dashboard_session", {"timeout": statement_timeout})])
+        #: Retry, cancel, pause and resume, as the command line does them.
+        self.actions = db.Operations(self.session)
 
-    def open(self) -> None:
-        super().open()
-        self._run("dashboard_session", {"timeout": self.statement_timeout})
+    def close(self) -> None:
+        """Close the connection; the next read opens another."""
+        self.session.close()
 
     def _dicts(self, name: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        with self.conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
-            cur.execute(db.QUERIES[name], params)
-            return [dict(row) for row in cur.fetchall()]
+        return self.session.run(name, params).dicts()
+
+    def database_now(self) -> datetime.datetime:
+        return self.actions.database_now()
 
     def queues(self, ended: "EndedPerMinute") -> list[dict[str, Any]]:
         """Each queue's depth, and its jobs ended per minute, oldest minute
@@ -108,7 +114,7 @@ class DashboardStore(db.JobStore):
         return self._dicts("dashboard_ended", {"since": since})
 
     def oldest_open_transaction(self) -> datetime.datetime | None:
-        return self._run("dashboard_oldest_transaction")[0][0]
+        return self.session.run("dashboard_oldest_transaction").value("began")
 
     def jobs(self, queue: str | None, kind: str | None, state: str | None,
              before: int | None) -> tuple[list[dict[str, Any]], int | None]:
@@ -133,7 +139,7 @@ class DashboardStore(db.JobStore):
     def schedule_rows(self) -> list[dict[str, Any]]:
         now = self.database_now().astimezone(datetime.timezone.utc)
         rows = []
-        for kind, spec, last in self.schedules():
+        for kind, spec, last in self.actions.schedules():
             try:
                 following: Any = Schedule.from_spec(kind, spec).following(now)
             except (ValueError, OverflowError) as exc:  # ScheduleError among them
