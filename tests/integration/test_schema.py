@@ -90,6 +90,42 @@ def test_a_prepared_statement_keeps_its_index_under_a_generic_plan(sql, name, pa
         assert "job_queue_running" not in plan, plan
 
 
+#: The key reads of migrations/0015, and the statements made of them.
+KEY_READS = {
+    "claim_limited_jobs": ("job_queue_key_runs", "job_queue_walk_next_key",
+                           "job_queue_key_takeable", "job_queue_key_parked_rows",
+                           "job_queue_key_lane_rows"),
+    "record_successes_handing_on": ("job_queue_key_runs", "job_queue_key_next_rows"),
+}
+KEY_READ_PARAMS = {
+    "claim_limited_jobs": {"claimant": "c", "limit": 64, "free": 64, "lease_seconds": 30,
+                           "queues": None},
+    "record_successes_handing_on": {"claimant": "c", "ids": [1, 2], "room": 2,
+                                    "lease_seconds": 30, "queues": None,
+                                    "outputs": [None, None], "kinds": [], "generations": []},
+}
+
+
+def _generic_plan(sql, name):
+    prepare, execute = db.prepared_form(name)
+    sql.rows("DEALLOCATE ALL")
+    sql.rows("SET plan_cache_mode = force_generic_plan")
+    sql.rows(prepare)
+    return "\n".join(r[0] for r in sql.rows("EXPLAIN " + execute, KEY_READ_PARAMS[name]))
+
+
+@pytest.mark.parametrize("name", sorted(KEY_READS))
+def test_the_key_reads_are_written_into_the_statements_that_call_them(sql, name):
+    # An SQL function the planner cannot inline is planned and run apart at
+    # every call, key by key (see migrations/0015).
+    called = KEY_READS[name]
+    assert all(f"{function}(" in db.QUERIES[name] for function in called)
+    assert "Function Scan on job_queue_" not in _generic_plan(sql, name)
+    # The negative control: one made VOLATILE is called, not written in.
+    sql.rows(f"ALTER FUNCTION {called[-1]} VOLATILE")
+    assert f"Function Scan on {called[-1]}" in _generic_plan(sql, name)
+
+
 @pytest.mark.parametrize("key", [None, "limited per key", "of a kind without limits"])
 def test_a_running_row_is_in_one_index_beside_the_primary_key(sql, key):
     # Every index a row enters at its start is written at every start: the

@@ -265,90 +265,68 @@ SELECT pg_advisory_xact_lock(hashtext('motir_supervisor.limited_claims'));
 -- more than a kind's max_running running at once, never more than its
 -- max_running_per_key running at once with one concurrency_key, and never
 -- more than its rate_limit starts in any window of its rate_seconds, across
--- every worker of every supervisor. Why none can overshoot:
+-- every worker of every supervisor. docs/internals.md ("Limited claims")
+-- gives the argument; here it rests on four things:
+-- * The snapshot. Only this statement claims a limited job (but for a
+--   key's slot handed on, which replaces a running row with the next in one
+--   transaction), and it runs after lock_limited_claims, an earlier
+--   statement of its transaction, under READ COMMITTED: limited claims run
+--   one at a time, fleet-wide, and this one's snapshot sees every earlier
+--   one committed. The lock could not be taken inside this statement: its
+--   snapshot would be older than the lock, and miss a claim committed while
+--   it waited.
+-- * Slots and starts counted in that snapshot (kinds): a slot is a running
+--   row, of the kind or of the key; a start is a row of job_queue_starts,
+--   stamped with one clock reading taken after the lock (clock) and written
+--   with the claim. A retry is a new claim, hence a start.
+-- * Rows of one key ranked together (ranked), so that the claim takes no
+--   more than the key's room, whichever way it found them.
+-- * Rows read without locks, and only those taken locked and checked again
+--   (locked): one the claim cannot lock, or that changed, is left out; the
+--   claim takes fewer, never others. Locking only these does not make the
+--   lock needless: a row that falls due or comes in ahead between two
+--   claims' snapshots sends them to different rows, each counting the same
+--   free slots. The negative controls of tests/integration/test_limits.py
+--   and tests/e2e/test_limits.py run this claim without the lock, or with
+--   it inside, locking rows as it reads them, and it overshoots.
 --
--- * Only this statement claims a limited job, but for a key's slot handed
---   on (record_successes_handing_on), which replaces a running row of the
---   key with the next one in one transaction: any snapshot counts the same
---   running rows of the key, and of the kind, on either side of it. The
---   regular claim takes only rows that are not `limited`, and the database
---   keeps that column true on every pending and running row a limit
---   applies to: the route triggers for rows inserted, retried or given
---   another kind or key, sync_limits for the rows already there when a
---   limit appears.
--- * This statement runs only after lock_limited_claims, an earlier
---   statement of its transaction. So limited claims run one at a time,
---   fleet-wide, and under READ COMMITTED each statement takes its snapshot
---   when it starts: this one's sees every earlier limited claim committed.
--- * A slot is a running row, counted in that snapshot: the kind's, or the
---   key's. No row starts running that it does not see (only a limited
---   claim starts one, and none runs beside it, or a hand-on, in the place of
---   a row it sees running); a row that stopped running
---   since is still counted, which only leaves a slot for the next claim
---   (the slot's notification brings it). A slot is freed by the row's own
---   change of state, which happens once however the run ends (an outcome,
---   a dead worker settled, a lease taken over, a drain); a cut-off worker's
---   late outcome is fenced on its claim and changes nothing. So nothing can
---   free a slot twice.
--- * A start is a row of job_queue_starts, stamped with one clock reading
---   taken after the lock, and written with the claim. The claim counts the
---   starts of the last rate_seconds and takes at most rate_limit minus
---   them. For any window of rate_seconds, the last claim that started a job
---   in it saw every earlier start of the window and counted its own, so the
---   window holds at most rate_limit. A retry is a new claim, hence a start.
--- * Rows of one key are ranked together, so this claim itself takes no
---   more than the key's free slots, whichever index it found them through.
---   It locks the rows it chose once chosen (see locked), and one it cannot
---   lock, or that is no longer pending, is left out: it takes fewer, never
---   others.
+-- Workers run it only when a limited job may be due (see
+-- Producer.claim_while_room). A kind with max_running or a rate limit is
+-- claimed only for the worker's free slots (%(free)s): one waiting in a
+-- worker's reserve would hold a slot of the whole kind, or a start, while
+-- it does not run. A kind limited per key only is claimed for the reserve
+-- too (up to %(limit)s): such a job holds only its own key's slot.
 --
--- The lock could not be taken inside this statement: its snapshot would be
--- older than the lock, and would miss a claim committed while it waited.
--- Nor does locking only the rows it takes make the lock needless: two
--- claims at once meet on the same rows only while their snapshots show the
--- same lane, and a row that falls due, or comes in ahead, between the two
--- sends them to different rows, each counting the same free slots. The
--- negative controls of tests/integration/test_limits.py and
--- tests/e2e/test_limits.py run this claim without the lock, or with it
--- inside, locking rows as it reads them so that concurrent claims read past
--- each other's rows, and it overshoots.
---
--- The lock serialises only the limited claims; workers run one only when a
--- limited job may be due (see Producer.claim_while_room in
--- worker/producer.py). A kind with max_running or a rate limit is claimed
--- only for the worker's free slots (%(free)s): one waiting in a worker's
--- reserve would hold a slot of the whole kind, or a start, while it does
--- not run. A kind limited per key only is claimed for the reserve too (up
--- to %(limit)s): such a job holds only its own key's slot, for as long as
--- the jobs ahead of it in that worker take.
---
--- Where the rows come from:
--- * The lane's head (job_queue_limited), each kind's pending rows one
---   priority at a time in due order, as the regular claim walks its own: up
---   to what the kind may take and one more (more_due), twice that for a
---   kind limited per key, whose rows of full keys are passed over.
--- * The walk of the keys, by key: it hops from the key after the kind's
---   key_cursor to the next, round to the first, until it has found as many
---   keys with room as the kind may take or looked at a few dozen more, and
---   takes each key's free slots' worth in due order; the next claim goes on
---   where it stopped, so every key gets its turn. It walks the parked rows'
---   keys (job_queue_parked), and, when the head showed the kind nothing to
---   take, the lane's keys too (job_queue_key_lane), a few hundred of them:
---   a key with room behind rows of full keys is reached without reading
---   those rows again. A full key it passes costs a few probes, a key with
---   room no more than its first rows.
--- Parked with all its rows (see clogged): a key with many rows beyond its
--- room in the head, a deep backlog that every claim would read again; and
--- when the head showed nothing to take, the full keys passed over whose
--- runs have all gone on for a second. A key's slot that frees brings its
--- first parked row back to the lane (migrations/0008).
--- The rows then go by priority, run_at and id, up to the limit.
--- more_due: more could run than this claim took, or it parked rows or cut
--- its walk of the keys short, or it took rows and passed over full keys in
--- a head whose lane's keys it did not walk; it comes back even when
--- nothing was claimed. Each job comes with the generation of its kind's
--- limits in this claim's snapshot (migrations/0013): what the worker hands
--- back when the run ends (see record_successes_handing_on).
+-- The steps, in order (-> the steps that read each):
+--   clock       the claim's one clock reading -> kinds, head, the writes
+--   kinds       each limited kind's limits, generation and slots (what it
+--               may still start, fleet-wide) -> every step after it
+--   lanes       each kind's priorities with pending rows, ascending -> head
+--   head        the lane's head: each kind's first due rows, one priority
+--               at a time, with their key's room -> walk, candidates, more
+--   walk        the walk of a kind limited per key, one row per key, from
+--               its key_cursor round to it (job_queue_walk_next_key, its
+--               room, job_queue_key_takeable) -> candidates, moved, more
+--   candidates  the head's rows, and each key the walk found: its rows up
+--               to its room (job_queue_key_parked_rows and
+--               job_queue_key_lane_rows) -> ranked
+--   ranked      the candidates numbered within their key -> eligible, clogged
+--   eligible    those within their key's room and their kind's slots ->
+--               chosen, more
+--   chosen      those taken: by priority, run_at and id, up to %(limit)s,
+--               of strict kinds up to %(free)s -> locked, clogged, parked_now
+--   locked      the chosen rows locked and checked again -> claimed, more
+--   clogged     the full keys whose rows leave the lane -> parked_now
+--   parked_now  (write) their rows parked -> more
+--   claimed     (write) the claim, as claim_due_jobs writes it
+--   started     (write) the rate limit's starts
+--   forgotten   (write) the starts that left their window deleted
+--   moved       (write) each kind's key_cursor where its walk stopped
+--   more        more_due -> the result
+-- The result: the jobs claimed, in due order, each with the generation of
+-- its kind's limits in this snapshot (migrations/0013; the worker hands it
+-- back when the run ends: see record_successes_handing_on), and more_due
+-- in every row: one row of NULLs with it when nothing was claimed.
 WITH RECURSIVE clock AS MATERIALIZED (
     SELECT clock_timestamp() AS now
 ), kinds AS MATERIALIZED (
@@ -367,6 +345,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
                     %(limit)s::integer + 1) AS slots
     FROM job_queue_limits AS l
 ), lanes AS (
+    -- One hop from each priority to the next, one index probe each.
     SELECT k.kind, k.slots, k.per_key,
            (SELECT min(q.priority) FROM job_queue AS q
             WHERE q.state = 'pending' AND q.limited AND NOT q.parked AND q.kind = k.kind) AS priority
@@ -411,24 +390,25 @@ WITH RECURSIVE clock AS MATERIALIZED (
     ) AS due
     CROSS JOIN LATERAL (
         SELECT count(*) AS count, max(r.started_at) AS latest
-        FROM (SELECT started_at FROM job_queue AS r
-              WHERE lanes.per_key IS NOT NULL
-                AND r.state = 'running' AND r.concurrency_key IS NOT NULL
-                AND r.kind = lanes.kind AND r.concurrency_key = due.concurrency_key
-              LIMIT lanes.per_key) AS r
+        FROM job_queue_key_runs(lanes.kind, due.concurrency_key, lanes.per_key) AS r
+        WHERE lanes.per_key IS NOT NULL
     ) AS running
     WHERE lanes.priority IS NOT NULL
 ), walk AS (
     -- One row per key looked at: from the key after the kind's key_cursor
     -- to the last, then from the first to the cursor (the second lap, when
-    -- `wrapped`), each key once. The keys of the parked rows; and when the
-    -- lane's head showed the kind nothing to take (`lane_too`: its rows
-    -- are all of full keys), the keys of the lane's rows too, so that a key
-    -- with room behind them is reached without reading them again. A key
-    -- counts as found when it has room and a row this claim may take (due,
-    -- of a queue it serves, not paused). The walk stops once the keys found
-    -- fill what the kind may take, or a few dozen keys later (a few hundred
-    -- past a head of full keys). It starts from a row of no key (visits 0)
+    -- `wrapped`), each key once; the next claim goes on where this one
+    -- stopped (moved), so every key gets its turn. The keys of the parked
+    -- rows; and when the lane's head showed the kind nothing to take
+    -- (`lane_too`: its rows are all of full keys), the keys of the lane's
+    -- rows too, so that a key with room behind them is reached without
+    -- reading them again. A full key costs a few probes, one with room no
+    -- more than its first rows (job_queue_walk_next_key and
+    -- job_queue_key_takeable, migrations/0015). A key counts as found when
+    -- it has room and a row this claim may take (due, of a queue it
+    -- serves, not paused). The walk stops once the keys found fill what the
+    -- kind may take, or a few dozen keys later (a few hundred past a head
+    -- of full keys). It starts from a row of no key (visits 0)
     -- at the cursor, or at '' (before every key: a key is never empty) when
     -- there is none.
     SELECT k.kind, k.per_key, k.slots, k.key_cursor AS start,
@@ -455,88 +435,16 @@ WITH RECURSIVE clock AS MATERIALIZED (
                                            AND p.concurrency_key = step.key)))::integer,
            w.visits + 1, w.lane_too, w.budget
     FROM walk AS w
+    CROSS JOIN LATERAL job_queue_walk_next_key(w.kind, w.key, w.start, w.wrapped,
+                                               w.lane_too) AS step
     CROSS JOIN LATERAL (
-        -- On the second lap, no further than where the walk began: a range
-        -- of each index either way (an OR of the two would be a filter).
-        -- least() passes over the NULL of an index without a further key.
-        -- OFFSET 0 here, in step and in room keeps each a step of its own,
-        -- computed once a key: pulled up, the next key's lookups would be
-        -- copied into every expression that names it, and run again there.
-        SELECT CASE WHEN w.wrapped THEN least(
-                        (SELECT min(p.concurrency_key) FROM job_queue AS p
-                         WHERE p.state = 'pending' AND p.parked AND p.kind = w.kind
-                           AND p.concurrency_key > w.key AND p.concurrency_key <= w.start),
-                        CASE WHEN w.lane_too THEN (
-                            SELECT min(q.concurrency_key) FROM job_queue AS q
-                            WHERE q.state = 'pending' AND q.limited AND NOT q.parked
-                              AND q.concurrency_key IS NOT NULL AND q.kind = w.kind
-                              AND q.concurrency_key > w.key AND q.concurrency_key <= w.start) END)
-                    ELSE least(
-                        (SELECT min(p.concurrency_key) FROM job_queue AS p
-                         WHERE p.state = 'pending' AND p.parked AND p.kind = w.kind
-                           AND p.concurrency_key > w.key),
-                        CASE WHEN w.lane_too THEN (
-                            SELECT min(q.concurrency_key) FROM job_queue AS q
-                            WHERE q.state = 'pending' AND q.limited AND NOT q.parked
-                              AND q.concurrency_key IS NOT NULL AND q.kind = w.kind
-                              AND q.concurrency_key > w.key) END) END AS key
-        OFFSET 0
-    ) AS after
-    CROSS JOIN LATERAL (
-        SELECT coalesce(after.key, CASE WHEN NOT w.wrapped THEN least(
-                   (SELECT min(p.concurrency_key) FROM job_queue AS p
-                    WHERE p.state = 'pending' AND p.parked AND p.kind = w.kind
-                      AND p.concurrency_key <= w.start),
-                   CASE WHEN w.lane_too THEN (
-                       SELECT min(q.concurrency_key) FROM job_queue AS q
-                       WHERE q.state = 'pending' AND q.limited AND NOT q.parked
-                         AND q.concurrency_key IS NOT NULL AND q.kind = w.kind
-                         AND q.concurrency_key <= w.start) END) END) AS key,
-               w.wrapped OR after.key IS NULL AS wrapped
-        OFFSET 0
-    ) AS step
-    CROSS JOIN LATERAL (
-        SELECT w.per_key - (SELECT count(*)
-                            FROM (SELECT FROM job_queue AS r
-                                  WHERE r.state = 'running' AND r.concurrency_key IS NOT NULL
-                                    AND r.kind = w.kind AND r.concurrency_key = step.key
-                                  LIMIT w.per_key) AS running) AS room
+        -- A step of its own too (see job_queue_walk_next_key).
+        SELECT w.per_key - (SELECT count(*) FROM job_queue_key_runs(w.kind, step.key, w.per_key))
+                   AS room
         OFFSET 0
     ) AS room
-    CROSS JOIN LATERAL (
-        -- A key with room: whether a row this claim may take is among its
-        -- first rows in its order, in each index. Its first rows only: a
-        -- key whose backlog is not due yet, or in a queue paused or not
-        -- served, would otherwise be read through on every visit.
-        SELECT room.room > 0 AND step.key IS NOT NULL AND (
-                   EXISTS (SELECT
-                           FROM (SELECT q.run_at, q.queue FROM job_queue AS q
-                                 WHERE q.state = 'pending' AND q.parked
-                                   AND q.kind = w.kind AND q.concurrency_key = step.key
-                                 ORDER BY q.priority, q.run_at, q.id
-                                 LIMIT 16) AS first
-                           WHERE first.run_at <= now()
-                             AND (%(queues)s::text[] IS NULL
-                                  OR first.queue = ANY(%(queues)s::text[]))
-                             AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
-                                  OR first.queue <> ALL (ARRAY(SELECT queue
-                                                               FROM job_queue_paused))))
-                   OR w.lane_too AND EXISTS (
-                           SELECT
-                           FROM (SELECT q.run_at, q.queue FROM job_queue AS q
-                                 WHERE q.state = 'pending' AND q.limited AND NOT q.parked
-                                   AND q.concurrency_key IS NOT NULL
-                                   AND q.kind = w.kind AND q.concurrency_key = step.key
-                                 ORDER BY q.priority, q.run_at, q.id
-                                 LIMIT 16) AS first
-                           WHERE first.run_at <= now()
-                             AND (%(queues)s::text[] IS NULL
-                                  OR first.queue = ANY(%(queues)s::text[]))
-                             AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
-                                  OR first.queue <> ALL (ARRAY(SELECT queue
-                                                               FROM job_queue_paused)))))
-                   AS takeable
-    ) AS take
+    CROSS JOIN LATERAL job_queue_key_takeable(w.kind, step.key, room.room, w.lane_too,
+                                              %(queues)s::text[]) AS take
     WHERE w.key IS NOT NULL
       AND w.found < least(w.slots, %(limit)s)
       AND w.visits < w.budget
@@ -548,40 +456,12 @@ WITH RECURSIVE clock AS MATERIALIZED (
     -- from the parked rows and, past a head of full keys, from the lane.
     SELECT due.id, w.kind, w.key, due.priority, due.run_at, true, w.room, false
     FROM walk AS w
-    CROSS JOIN LATERAL (
-        SELECT id, priority, run_at
-        FROM job_queue
-        WHERE state = 'pending'
-          AND parked
-          AND kind = w.kind
-          AND concurrency_key = w.key
-          AND run_at <= now()
-          AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-          AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
-               OR queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
-        ORDER BY priority, run_at, id
-        LIMIT w.room
-    ) AS due
+    CROSS JOIN LATERAL job_queue_key_parked_rows(w.kind, w.key, w.room, %(queues)s::text[]) AS due
     WHERE w.took
     UNION ALL
     SELECT due.id, w.kind, w.key, due.priority, due.run_at, false, w.room, false
     FROM walk AS w
-    CROSS JOIN LATERAL (
-        SELECT id, priority, run_at
-        FROM job_queue
-        WHERE state = 'pending'
-          AND limited
-          AND NOT parked
-          AND concurrency_key IS NOT NULL
-          AND kind = w.kind
-          AND concurrency_key = w.key
-          AND run_at <= now()
-          AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-          AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
-               OR queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
-        ORDER BY priority, run_at, id
-        LIMIT w.room
-    ) AS due
+    CROSS JOIN LATERAL job_queue_key_lane_rows(w.kind, w.key, w.room, %(queues)s::text[]) AS due
     WHERE w.took AND w.lane_too
 ), ranked AS MATERIALIZED (
     -- Each key's rows numbered together, whichever way they were found:
@@ -631,7 +511,9 @@ WITH RECURSIVE clock AS MATERIALIZED (
     -- Keys without room with many rows in what the lane showed this claim:
     -- a deep backlog of one key, which every claim would read again. Their
     -- rows leave the lane, all of them at once (up to a bound per claim),
-    -- and are found by key once it has room.
+    -- and are found by key once it has room (the walk), and the key's
+    -- first parked row comes back to the lane when its slot frees
+    -- (migrations/0008).
     SELECT DISTINCT r.kind, r.key
     FROM ranked AS r
     WHERE NOT r.was_parked AND r.key_place > r.key_room + 16
@@ -702,8 +584,10 @@ WITH RECURSIVE clock AS MATERIALIZED (
     FROM (SELECT DISTINCT ON (kind) kind, key FROM walk ORDER BY kind, visits DESC) AS last
     WHERE l.kind = last.kind AND l.key_cursor IS DISTINCT FROM last.key
 ), more AS (
-    -- Rows chosen, not those locked: a row another statement holds is not
-    -- looked for again at once.
+    -- More could run than this claim took, or it parked rows, or cut its
+    -- walk of the keys short, or took rows and passed over full keys in a
+    -- head whose lane's keys it did not walk. Rows chosen, not those
+    -- locked: a row another statement holds is not looked for again at once.
     SELECT (SELECT count(*) FROM eligible) > (SELECT count(*) FROM chosen)
            OR EXISTS (SELECT FROM parked_now)
            -- A walk that stopped before it had been round every key, with
@@ -836,41 +720,25 @@ SET LOCAL plan_cache_mode = force_generic_plan;
 -- no more than the runs of it that ended). A key's next job then waits for
 -- no limited claim, and keys with backlogs run back to back.
 --
--- Why no limit can overshoot: the ended run and the next one change state
--- in one transaction, so every snapshot sees either the first running or
--- the second, never both and never neither: the key's running rows, and
--- the kind's, count the same before and after. A limited claim counting
--- them (see claim_limited_jobs) sees as many as there will be. The runs
--- are written first, fenced as in record_successes (a run whose lease was
--- taken over is not written, and hands nothing on), and a key's room is
--- the runs of it written. The next row is locked as any claim locks it
--- (FOR UPDATE SKIP LOCKED, its state, kind and key checked again once
--- locked), so no two statements take it, nor one that another key's now.
--- And a key hands on only the room its other running rows leave it, as
--- this statement's snapshot counts them (the runs just written among
--- them): those can only be replaced one for one, or end, meanwhile, so a
--- lowered limit is reached as its runs end.
--- The count is skipped for a key whose ended runs all started under the
--- generation of their kind's limits that this snapshot shows
--- (migrations/0013; %(kinds)s and %(generations)s: each kind's generation
--- as the claims of its runs said it, NULL where they differ or none did):
--- its room is then those runs. Every run of a key that started under a
--- generation was counted against its limits when it started (by a limited
--- claim or a counting hand-on), or took the place of one of the same
--- generation, one for one; so while the generation lasts, the key's
--- running rows stay within its limit (a running row keeps its kind and
--- key: migrations/0011). Any change of the limits starts a new one. A run
--- no limited claim started (a row routed by limits its transaction's
--- snapshot no longer showed, which the regular claim took) has `limited`
--- false: while the kind has one, every key is counted.
+-- docs/internals.md ("Hand-on") gives the argument why no limit can
+-- overshoot; here it rests on the ended run and the next one changing state
+-- in one transaction (every snapshot counts the same running rows on either
+-- side), on the runs written first, fenced as in record_successes, so that
+-- a key's room is the runs of it written (ended), on the next row locked as
+-- any claim locks it and checked again once locked (locked), and on a key
+-- handing on only the room its other running rows leave it, as this
+-- snapshot counts them (keys). That count is skipped for a key whose ended
+-- runs all started under the generation of their kind's limits this
+-- snapshot shows (migrations/0013; %(kinds)s and %(generations)s: each
+-- kind's generation as the claims of its runs gave it, NULL where they
+-- differ or none did), while no run of the kind started outside a limited
+-- claim (`limited` false): its room is then those runs.
 --
 -- The runs of such kinds leave running with `limited` false, which keeps
 -- the slot-freed trigger (migrations/0008) from firing for them; a key
 -- whose ended runs outnumber the jobs handed on gets what the trigger does
 -- from job_queue_key_slots_freed (migrations/0014), called once for all
--- such keys after the next jobs are written. The next row is looked for in
--- the lane and, where the kind has parked rows at all, among them, each
--- through its index of the key's rows in due order, and the two merged.
+-- such keys after the next jobs are written.
 --
 -- %(outputs)s: each id's return value as JSON text, NULL where the run
 -- returned none, as record_successes_with_output stores them. Each is read
@@ -878,6 +746,22 @@ SET LOCAL plan_cache_mode = force_generic_plan;
 -- fails the whole statement, which then writes nothing (the worker writes
 -- the runs again one by one, the refused value without its output; see
 -- worker/completer.py).
+--
+-- The steps, in order (-> the steps that read each):
+--   handing  the kinds that hand on, each with its generation, whether its
+--            keys' runs need counting, and whether it has parked rows -> all
+--   ended    (write) the runs succeeded, fenced on the claim -> keys, result
+--   keys     each key whose runs ended: how many, and its room -> chosen,
+--            freed
+--   chosen   each key's next due rows up to its room
+--            (job_queue_key_next_rows), in due order, up to %(room)s -> locked
+--   locked   the chosen rows locked and checked again -> handed, freed
+--   handed   (write) the next jobs claimed for this worker -> result
+--   freed    the slots of keys that handed on fewer jobs than runs ended,
+--            freed (job_queue_key_slots_freed) once handed is written
+-- The result: the ids written, as one array in a first row, then the jobs
+-- claimed in the order they start, each with its kind's generation, as a
+-- claim's.
 WITH handing AS MATERIALIZED (
     SELECT l.kind, l.max_running_per_key AS per_key, l.generation,
            coalesce(l.generation = g.generation, false)
@@ -915,10 +799,8 @@ WITH handing AS MATERIALIZED (
            CASE WHEN h.current THEN k.ended
                 ELSE least(k.ended, h.per_key + k.ended - (
                          SELECT count(*)
-                         FROM (SELECT FROM job_queue AS r
-                               WHERE r.state = 'running' AND r.concurrency_key IS NOT NULL
-                                 AND r.kind = k.kind AND r.concurrency_key = k.key
-                               LIMIT h.per_key + k.ended) AS running)) END AS room
+                         FROM job_queue_key_runs(k.kind, k.key, h.per_key + k.ended))) END
+               AS room
     FROM (SELECT kind, key, count(*) AS ended
           FROM ended
           WHERE key IS NOT NULL
@@ -929,32 +811,8 @@ WITH handing AS MATERIALIZED (
     -- that a freed slot's trigger skips none it could have brought back.
     SELECT due.id, k.kind, k.key
     FROM keys AS k
-    CROSS JOIN LATERAL (
-        SELECT next.id, next.priority, next.run_at
-        FROM ((SELECT id, priority, run_at
-               FROM job_queue
-               WHERE state = 'pending' AND limited AND NOT parked AND concurrency_key IS NOT NULL
-                 AND kind = k.kind AND concurrency_key = k.key
-                 AND run_at <= now()
-                 AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-                 AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
-                      OR queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
-               ORDER BY priority, run_at, id
-               LIMIT k.room)
-              UNION ALL
-              (SELECT id, priority, run_at
-               FROM job_queue
-               WHERE k.any_parked AND state = 'pending' AND parked
-                 AND kind = k.kind AND concurrency_key = k.key
-                 AND run_at <= now()
-                 AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-                 AND ((SELECT NOT EXISTS (SELECT FROM job_queue_paused))
-                      OR queue <> ALL (ARRAY(SELECT queue FROM job_queue_paused)))
-               ORDER BY priority, run_at, id
-               LIMIT k.room)) AS next
-        ORDER BY next.priority, next.run_at, next.id
-        LIMIT k.room
-    ) AS due
+    CROSS JOIN LATERAL job_queue_key_next_rows(k.kind, k.key, k.room, k.any_parked,
+                                               %(queues)s::text[]) AS due
     WHERE k.room > 0
     ORDER BY due.priority, due.run_at, due.id
     LIMIT %(room)s
@@ -1000,8 +858,6 @@ WITH handing AS MATERIALIZED (
     WHERE (SELECT sum(ended) FROM keys) > (SELECT count(*) FROM locked)
     HAVING count(*) > 0 AND (SELECT count(*) FROM handed) >= 0
 )
--- The ids written, as one array in a first row, then the jobs claimed in
--- the order they start, each with its kind's generation, as a claim's.
 SELECT ARRAY(SELECT id FROM ended), NULL::bigint, NULL, NULL, NULL, NULL::integer,
        NULL::integer, NULL::jsonb, NULL::integer, NULL::float8, NULL::jsonb, NULL::bigint
 FROM (SELECT count(*) FROM freed) AS woken
