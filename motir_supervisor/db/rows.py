@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import collections
 import operator
-from typing import Any, Callable, Generic, Iterable, NamedTuple, Sequence, TypeVar
+from typing import Any, Callable, Generic, Iterable, NamedTuple, TypeVar
 
 import psycopg2.extensions
 
@@ -28,13 +28,6 @@ class Result(NamedTuple):
     #: Its columns' names, in order (empty for a statement without rows).
     names: tuple[str, ...]
     rows: list[tuple]
-
-    def named(self, names: Sequence[str]) -> Result:
-        """These rows under other names: for a statement that leaves its
-        columns unnamed, named in order where it is run."""
-        if len(names) != len(self.names):
-            raise ValueError(f"{len(names)} names for {len(self.names)} columns")
-        return Result(tuple(names), self.rows)
 
     def column(self, name: str) -> list[Any]:
         """Each row's value of one column."""

@@ -36,12 +36,6 @@ STATES = ("pending", "running", "succeeded", "failed", "cancelled")
 #: Errors after which the connection is unusable and must be opened again.
 CONNECTION_ERRORS = (psycopg2.OperationalError, psycopg2.InterfaceError)
 
-#: The columns of record_successes_handing_on, which its first SELECT leaves
-#: unnamed: the ids written (as one array, in the first row), then the
-#: columns of a claim, as claim_limited_jobs names them.
-HANDED_ON_COLUMNS = ("written", "id", "queue", "kind", "payload", "attempts", "max_attempts",
-                     "checkpoint", "priority", "waited", "trace_context", "generation")
-
 
 class JobStore(Operations):
     """The verbs the supervisor, the reaper and the workers use on job_queue."""
@@ -125,8 +119,7 @@ class JobStore(Operations):
             "claimant": claimant, "ids": ids, "room": room, "lease_seconds": lease_seconds,
             "queues": list(queues) if queues else None,
             "outputs": outputs if outputs is not None else [None] * len(ids),
-            "kinds": list(generations), "generations": list(generations.values())},
-        ).named(HANDED_ON_COLUMNS)
+            "kinds": list(generations), "generations": list(generations.values())})
         # The ids written come as one array, in the first row; the jobs
         # claimed follow it.
         return set(result.value("written")), CLAIMED.of(result, start=1)

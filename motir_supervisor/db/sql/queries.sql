@@ -858,8 +858,10 @@ WITH handing AS MATERIALIZED (
     WHERE (SELECT sum(ended) FROM keys) > (SELECT count(*) FROM locked)
     HAVING count(*) > 0 AND (SELECT count(*) FROM handed) >= 0
 )
-SELECT ARRAY(SELECT id FROM ended), NULL::bigint, NULL, NULL, NULL, NULL::integer,
-       NULL::integer, NULL::jsonb, NULL::integer, NULL::float8, NULL::jsonb, NULL::bigint
+SELECT ARRAY(SELECT id FROM ended) AS written, NULL::bigint AS id, NULL AS queue,
+       NULL AS kind, NULL AS payload, NULL::integer AS attempts,
+       NULL::integer AS max_attempts, NULL::jsonb AS checkpoint, NULL::integer AS priority,
+       NULL::float8 AS waited, NULL::jsonb AS trace_context, NULL::bigint AS generation
 FROM (SELECT count(*) FROM freed) AS woken
 UNION ALL
 SELECT *

@@ -37,9 +37,7 @@ def test_a_column_missing_or_named_twice_is_an_error():
         db.Rows(Pair).of(db.Result(("id", "state", "state"), [(1, "a", "b")]))
 
 
-def test_unnamed_columns_are_named_where_the_statement_is_run():
-    result = db.Result(("array", "int8"), [([1, 2], None)]).named(("written", "id"))
+def test_a_value_or_a_column_is_read_by_its_name():
+    result = db.Result(("written", "id"), [([1, 2], None)])
     assert result.value("written") == [1, 2] and result.column("id") == [None]
-    with pytest.raises(ValueError):
-        result.named(("written",))
     assert db.Result((), []).value("x", False) is False
