@@ -18,7 +18,7 @@ from . import db, registry
 from .ipc import ledger
 from .logs import LINES
 
-log = logging.getLogger("motir_supervisor.worker")
+log = logging.getLogger(__name__)
 
 #: last_error keeps at most this many characters: enough for a message and
 #: the innermost frames, small enough to keep rows and status output lean.

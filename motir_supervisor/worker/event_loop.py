@@ -28,7 +28,7 @@ from .claims import Run
 if TYPE_CHECKING:
     import asyncio
 
-log = logging.getLogger("motir_supervisor.worker")
+log = logging.getLogger(__name__)
 
 #: A handler that holds the loop this long in one step, without awaiting,
 #: is logged: every other async job of its worker waited that long. The

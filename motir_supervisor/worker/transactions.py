@@ -29,7 +29,7 @@ import psycopg2.extensions
 
 from .. import db
 
-log = logging.getLogger("motir_supervisor.worker")
+log = logging.getLogger(__name__)
 
 #: The job's success, fenced on its claim, in the block's transaction.
 COMPLETE = f"{db.QUERIES['default_search_path']}\n{db.QUERIES['record_successes']}"
