@@ -223,3 +223,25 @@ def test_a_worker_with_no_free_slot_does_not_retry_a_limited_claim_at_once(datab
         wait_until(lambda: all(run.ended for run in producer.holdings.runs()), 10)
         signal.setitimer(signal.ITIMER_REAL, 0)
         producer.store.close()
+
+
+def test_the_next_jobs_a_success_hands_on_are_held_and_started(database_url, sql):
+    """A keyed success's write claims its key's next job: the completer
+    gives it to the holdings and the producer starts it, so a key's backlog
+    runs through with no claim of the producer's after the first."""
+    producer, completer, _ = worker_roles(database_url, "hand:1", 2, 512)
+    try:
+        producer.store.sync_limits({"model_quick": db.Limits(max_running_per_key=1)})
+        sql.rows("INSERT INTO job_queue (kind, concurrency_key)"
+                 " SELECT 'model_quick', 'k' FROM generate_series(1, 3)")
+        assert producer.claim_limited(0)[0] == 1
+        for _ in range(3):
+            wait_until(lambda: all(run.ended for run in producer.holdings.runs()), 10)
+            producer.collect_finished()
+            completer.write_finished(now_or_never=True)
+            producer.start_handed_on()
+        assert sql.value("SELECT count(*) FROM job_queue WHERE state = 'succeeded'") == 3
+        assert not producer.holdings
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        producer.store.close()
