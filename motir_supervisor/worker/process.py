@@ -237,7 +237,7 @@ class Worker:
         self.title(f"finishing {len(self.holdings)} jobs")
 
     def _hand_on_tokens(self) -> None:
-        """Let another worker listen and schedule: this one claims nothing more."""
+        """Let another worker listen and schedule (its services stop): it claims no more."""
         self.poller.hand_on_listener_token()
         for service in self.services:
             service.stop()
@@ -343,11 +343,12 @@ class Worker:
         # A renewal, a write or a service due while the database cannot be
         # tried yet waits for that try: otherwise an outage with outcomes
         # held would spin this loop until the database is back.
-        database_timers = (self.leases.next_timer(), self.completer.next_timer(),
-                           services.next_due(self.services))
+        retry_at = self._database_retry_at
         timers = [self.producer.next_timer(), self.timeouts.next_timer(),
                   self.executor.next_nudge(), now + 1.0,
-                  *(max(timer, self._database_retry_at) for timer in database_timers)]
+                  max(self.leases.next_timer(), retry_at),
+                  max(self.completer.next_timer(), retry_at),
+                  max(services.next_due(self.services), retry_at)]
         if self.stop_requested:
             timers.append(self.drain_deadline)
         if now < self._database_retry_at:
