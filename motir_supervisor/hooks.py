@@ -34,7 +34,7 @@ from typing import Any, Callable, Generator, TypeVar
 from .outcomes import Outcome
 from .registry import Job
 
-log = logging.getLogger("motir_supervisor.hooks")
+log = logging.getLogger(__name__)
 
 AroundRun = Callable[[Job], Generator[None, "RunEnd", None]]
 F = TypeVar("F", bound=Callable[..., Any])

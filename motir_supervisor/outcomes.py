@@ -24,7 +24,7 @@ from .logs import LINES
 if TYPE_CHECKING:
     from . import db
 
-log = logging.getLogger("motir_supervisor.worker")
+log = logging.getLogger(__name__)
 
 #: last_error keeps at most this many characters: enough for a message and
 #: the innermost frames, small enough to keep rows and status output lean.

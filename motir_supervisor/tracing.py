@@ -23,7 +23,7 @@ from typing import Any, Generator
 from . import hooks
 from .registry import Job
 
-log = logging.getLogger("motir_supervisor.tracing")
+log = logging.getLogger(__name__)
 
 #: Any of these set asks for traces even with no provider configured yet:
 #: the worker configures the SDK from the environment, as

@@ -7,4 +7,7 @@ once, each statement deciding alone what is its to do.
   the one worker holding the scheduler's token).
 - :mod:`.limits` — the registry's ``max_running`` limits written to
   ``job_queue_limits`` (run by each worker at its start).
+
+Each is a service of its process's loop, in the one shape of
+:mod:`.services`.
 """

@@ -1,7 +1,8 @@
 """The reaper: expired leases back to claimable jobs, and retention.
 
-The supervisor owns it and calls :meth:`Reaper.run_when_due` from its loop;
-:meth:`Reaper.run_once` is one pass, callable directly (the tests do). Each
+A service of the supervisor's loop (see :mod:`.services`), which calls
+:meth:`Reaper.run_when_due`; :meth:`Reaper.run_once` is one pass, callable
+directly (the tests do). Each
 statement is a small batch under SKIP LOCKED (see ``expire_stale_leases`` and
 ``prune_finished`` in queries.sql), so any number of supervisors on any
 number of machines may reap at once without waiting on each other. It forks
@@ -17,6 +18,7 @@ import time
 import psycopg2
 
 from .. import db
+from .services import Service
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +40,9 @@ class ReaperPass:
     pruned: int
 
 
-class Reaper:
+class Reaper(Service):
+    """The supervisor's loop owns every field."""
+
     def __init__(self, store: db.JobStore, every_seconds: float, retention_hours: float):
         self.store = store
         self.every_seconds = every_seconds
@@ -74,10 +78,12 @@ class Reaper:
             log.info("retention: deleted %d finished jobs", total)
         return total
 
-    def run_when_due(self) -> None:
+    def next_due(self) -> float:
+        return self.next_pass
+
+    def run_when_due(self, now: float) -> None:
         """A pass of the supervisor's timer: leases every time, retention
         every PRUNE_EVERY_SECONDS."""
-        now = time.monotonic()
         if now < self.next_pass:
             return
         self.next_pass = now + self.every_seconds

@@ -13,8 +13,8 @@ and a schedule seen for the first time starts with its next instant.
 The scheduler reads the database's clock, not the machine's: a machine whose
 clock runs ahead does not enqueue early. It forks nothing and handles no
 signal; the one worker of a supervisor that holds the scheduler's token
-(see :class:`SchedulerSeat`) calls :meth:`Scheduler.run_when_due` from its
-loop.
+runs it, through :class:`SchedulerSeat`, a service of the worker's loop
+(see :mod:`.services`).
 """
 
 from __future__ import annotations
@@ -24,11 +24,12 @@ import logging
 import math
 import time
 
-from .. import db
+from .. import db, registry
 from ..ipc.tokens import Token
 from ..schedule import UTC, Schedule, instant_text
+from .services import Service
 
-log = logging.getLogger("motir_supervisor.supervisor")
+log = logging.getLogger(__name__)
 
 #: The scheduler looks at least this often, so that a clock jump, a missed
 #: wake-up or a database outage at an instant costs at most this long.
@@ -43,12 +44,6 @@ class Scheduler:
         #: or another): not sent again.
         self.settled: dict[str, datetime.datetime] = {}
         self.next_pass = 0.0 if schedules else math.inf
-
-    def run_when_due(self) -> None:
-        """A database error is the caller's to handle (the worker reconnects);
-        the instant is tried again then: late, never lost."""
-        if time.monotonic() >= self.next_pass:
-            self.run_once()
 
     def run_once(self, now: datetime.datetime | None = None) -> list[int]:
         """Enqueue every schedule's latest instant not enqueued yet; their ids."""
@@ -73,7 +68,7 @@ class Scheduler:
         return enqueued
 
 
-class SchedulerSeat:
+class SchedulerSeat(Service):
     """Which worker of a supervisor runs the scheduler: the holder of the
     scheduler's token (see ipc.tokens), which the kernel frees when its
     holder dies, taken by the next worker that looks. A worker's main
@@ -83,32 +78,49 @@ class SchedulerSeat:
         self.store = store
         self.token = token
         self.index = index
-        #: Set once the apps are imported: none, and nothing is scheduled.
+        #: Set once the apps are imported (see start): none, and nothing is
+        #: scheduled.
         self.schedules: list[Schedule] = []
         #: This worker's scheduler while it holds the token.
         self.scheduler: Scheduler | None = None
         self._next_try = 0.0
+        #: This worker claims no more: another schedules.
+        self._stopped = False
 
-    def take(self) -> Scheduler | None:
+    def start(self) -> None:
+        self.schedules = [r.schedule for r in registry.scheduled() if r.schedule is not None]
+
+    def next_due(self) -> float:
+        return self.scheduler.next_pass if self.scheduler is not None else math.inf
+
+    def run_when_due(self, now: float) -> None:
+        """Enqueue what is due if this worker runs the scheduler, taking the
+        token if it is free. A database error is the caller's to handle
+        (the worker reconnects); the instant is tried again then: late,
+        never lost."""
+        scheduler = self.take(now)
+        if scheduler is not None and now >= scheduler.next_pass:
+            scheduler.run_once()
+
+    def take(self, now: float) -> Scheduler | None:
         """This worker's scheduler if it runs the scheduler now, taking the
         token if it is free; else None."""
-        if not self.schedules or self.token is None:
+        if not self.schedules or self.token is None or self._stopped:
             return None
         if self.scheduler is None:
             # A syscall, so at most once a second (a worker loop's longest sleep).
-            now = time.monotonic()
             if now < self._next_try:
                 return None
             self._next_try = now + 1.0
             if not self.token.try_take():
                 return None
             self.scheduler = Scheduler(self.store, self.schedules)
-            logging.getLogger("motir_supervisor.worker").debug(
-                "worker %d runs the scheduler", self.index)
+            log.debug("worker %d runs the scheduler", self.index)
         return self.scheduler
 
-    def hand_on(self) -> None:
+    def stop(self) -> None:
         """Another worker (a staying one, or the replacement) schedules."""
+        self._stopped = True
         if self.scheduler is not None and self.token is not None:
             self.token.give_up()
             self.scheduler = None

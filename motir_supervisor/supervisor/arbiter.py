@@ -5,8 +5,9 @@ manage_workers ...). Signal handlers only record the signal and wake the
 loop, which dispatches each to its ``handle_<name>`` method. It runs no job
 and holds no SQL: what it asks of the database (a dead worker's jobs, see
 :mod:`.rescuer`; expired leases, see :mod:`..maintenance.reaper`) goes
-through :mod:`..db`. Its own connection is closed before every fork, so no
-connection crosses one.
+through :mod:`..db`. Its periodic services (the reaper) run from one list
+while it is not draining (see :mod:`..maintenance.services`). Its own
+connection is closed before every fork, so no connection crosses one.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ..ipc.lifecycle import (EXIT_BOOT_FAILURE, EXIT_RECYCLED, EXIT_TIMEOUT, HAN
                              read_ready)
 from ..ipc.tokens import Kicks, Token
 from ..logs import flush_logs
+from ..maintenance import services
 from ..maintenance.reaper import Reaper
 from ..worker.process import Worker
 from .forking import describe_exit, fork_child, send_signal
@@ -94,6 +96,7 @@ class Supervisor:
         self.crash_streak = 0
         self.respawn_at = 0.0
         self.reaper = Reaper(self.store, config.reaper_every, config.retention_hours)
+        self.services: list[services.Service] = [self.reaper]
         #: Shared by every worker: one of them listens, the others are kicked.
         self.token = Token("listener")
         #: Held by the one worker that runs the scheduler (see maintenance.scheduler).
@@ -109,6 +112,8 @@ class Supervisor:
                  db.describe_dsn(self.config.database_url))
         if self.config.metrics_port:
             self.metrics_server.enable()
+        for service in self.services:
+            service.start()
         try:
             return self._supervise()
         finally:
@@ -127,7 +132,7 @@ class Supervisor:
             else:
                 self.manage_workers()
                 self.metrics_server.keep_running()
-                self.reaper.run_when_due()
+                services.run_due(self.services, time.monotonic())
             self._title()
             flush_logs()
             self.sleep(self._next_wakeup())
@@ -148,7 +153,7 @@ class Supervisor:
         if self.stopping:
             timers.append(self.stop_deadline)
         else:
-            timers.append(self.reaper.next_pass)
+            timers.append(services.next_due(self.services))
             if len(self.children) < self.target_workers:
                 timers.append(self.respawn_at)
         return max(min(timers) - now, 0.0)
@@ -232,6 +237,7 @@ class Supervisor:
         """A child exited: the loop reaps it (reap_workers) right after."""
 
     def begin_drain(self, why: str) -> None:
+        self._stop_services()
         self.stopping = True
         self.stop_started = time.monotonic()
         self.stop_deadline = time.monotonic() + self.config.drain_seconds + EXIT_GRACE_SECONDS
@@ -242,10 +248,16 @@ class Supervisor:
     def abort_drain(self, why: str) -> None:
         if not self.stopping:  # a SIGQUIT with no drain before it
             self.stop_started = time.monotonic()
+            self._stop_services()
         self.stopping = True
         self.stop_deadline = min(self.stop_deadline, time.monotonic() + ABORT_GRACE_SECONDS)
         log.info("%s: releasing unfinished jobs now", why)
         self.signal_workers(signal.SIGQUIT)
+
+    def _stop_services(self) -> None:
+        """Draining: the services run no more here (other supervisors reap)."""
+        for service in self.services:
+            service.stop()
 
     def signal_workers(self, signum: int) -> None:
         for child in self.children.values():

@@ -18,7 +18,7 @@ from ..logs import flush_logs
 
 # The supervisor's own logger: "process 4711 crashed" is a line of the
 # supervisor's, not of this helper's.
-log = logging.getLogger("motir_supervisor.supervisor")
+log = logging.getLogger(__name__)
 
 #: The exit code of a child whose body raised: the child itself broke.
 EXIT_SOFTWARE = 70

@@ -16,7 +16,7 @@ from .. import metrics
 from ..ipc.lifecycle import HANDLED_SIGNALS, set_parent_death_signal
 from .forking import describe_exit, send_signal
 
-log = logging.getLogger("motir_supervisor.supervisor")
+log = logging.getLogger(__name__)
 
 #: A metrics server that died is started again after this long.
 METRICS_RESTART_SECONDS = 5.0

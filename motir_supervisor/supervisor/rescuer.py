@@ -18,7 +18,7 @@ import psycopg2
 from .. import db, metrics, outcomes
 from ..ipc import ledger
 
-log = logging.getLogger("motir_supervisor.supervisor")
+log = logging.getLogger(__name__)
 
 #: The second release of a dead worker's claims follows the first by this much.
 RELEASE_RECHECK_SECONDS = 2.0

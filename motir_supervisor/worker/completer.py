@@ -3,9 +3,12 @@ that end close together, and the releases of runs that never started.
 
 The producer hands the completer the runs the executor ended and the ones
 it withdrew; the completer writes them through :mod:`..db`, each write
-fenced on this worker's claim, and frees their entries in the ledger once
-they are written. The worker's main thread calls it and owns every field
-here. It claims nothing and runs no handler.
+fenced on this worker's claim, and tells :class:`.holdings.Holdings` which
+runs are settled once they are written. Successes of limited kinds are
+written through the hand-on, which claims their keys' next jobs in the same
+statement: those the completer gives to the holdings, for the producer to
+start. The worker's main thread calls it and owns every field here. It
+makes no claim of its own choosing, starts no run and runs no handler.
 """
 
 from __future__ import annotations
@@ -21,10 +24,11 @@ from ..outcomes import Outcome
 from ..config import Config
 from ..ipc import ledger
 from .batching import RoundTrips
-from .claims import Run
+from .claims import Claim, Run
 from .executor import Executor
+from .holdings import Holdings
 
-log = logging.getLogger("motir_supervisor.worker")
+log = logging.getLogger(__name__)
 
 #: Classes of SQLSTATE by which the database refuses a value itself (data
 #: exceptions; program limits, such as nesting past its stack), as opposed
@@ -41,28 +45,27 @@ WRITE_EVERY_SECONDS = 0.02
 
 class Completer:
     def __init__(self, config: Config, claimant: str, index: int, store: db.JobStore,
-                 executor: Executor, entries: ledger.Ledger, held: dict[int, Run],
-                 round_trips: RoundTrips):
+                 executor: Executor, holdings: Holdings, round_trips: RoundTrips,
+                 stop_check: Callable[[], bool] = lambda: False):
         self.config = config
         self.claimant = claimant
         self.index = index
         self.store = store
         self.executor = executor
-        self.ledger = entries
-        #: The producer's runs: a run leaves it once its outcome or release
-        #: is written.
-        self.held = held
+        #: What the worker holds: told of each run written, and given what
+        #: the hand-on claims.
+        self.holdings = holdings
         self.round_trips = round_trips
+        #: Whether the stop signal has landed (the worker's check): the
+        #: hand-on then claims nothing.
+        self.stop_check = stop_check
+        self.queues = list(config.queues) or None
         #: Ended runs whose outcomes are still to write, and since when the
         #: oldest of them waits.
         self._to_write: list[Run] = []
         self._unwritten_since = 0.0
         #: Withdrawn runs whose claims are still to give back.
         self._to_release: list[Run] = []
-        #: Writes successes of limited runs and claims what they hand on:
-        #: the producer's (it holds what is claimed).
-        self.hand_on: Callable[[list[int], list[str | None] | None, dict[str, int | None]],
-                               set[int]] | None = None
 
     def add_ended(self, runs: list[Run], since: float) -> None:
         """Runs the executor ended, the first of them at ``since``."""
@@ -70,9 +73,9 @@ class Completer:
             self._unwritten_since = since
         self._to_write.extend(runs)
 
-    def release_later(self, run: Run) -> None:
-        """A run that will never start here: its claim goes back."""
-        self._to_release.append(run)
+    def release_later(self, runs: list[Run]) -> None:
+        """Runs that will never start here: their claims go back."""
+        self._to_release.extend(runs)
 
     def write_finished(self, now_or_never: bool = False) -> None:
         """Write the ended runs' outcomes not written yet: one statement for
@@ -127,7 +130,7 @@ class Completer:
     def _record_successes(self, runs: list[Run]) -> list[tuple[Run, Outcome]]:
         """Write the successes of runs that returned nothing; (run, outcome)
         for each. Where some came from a limited claim, the write hands their
-        keys' slots on to the keys' next jobs (see Producer.write_handing_on)."""
+        keys' slots on to the keys' next jobs (see _write_handing_on)."""
         return self._write_successes(runs, hand_on=True, outputs=False)
 
     def _record_with_outputs(self, runs: list[Run]) -> list[tuple[Run, Outcome]]:
@@ -155,7 +158,7 @@ class Completer:
         # The hand-on's statement runs deeper on the server's stack than
         # record_successes_with_output, so a value it refuses may still be
         # stored by the latter, which hands nothing on.
-        for hand_on in ((True, False) if run.claim.limited and self.hand_on else (False,)):
+        for hand_on in ((True, False) if run.claim.limited else (False,)):
             try:
                 return self._write_successes([run], hand_on, outputs=True)
             except psycopg2.Error as exc:
@@ -175,12 +178,52 @@ class Completer:
         claim. (run, outcome) for each."""
         ids = [run.claimed.id for run in runs]
         values = [run.output_json for run in runs] if outputs else None
-        if hand_on and self.hand_on is not None and any(run.claim.limited for run in runs):
-            written = self.hand_on(ids, values, db.generations_of(run.claimed for run in runs))
+        if hand_on and any(run.claim.limited for run in runs):
+            written = self._write_handing_on(ids, values,
+                                             db.generations_of(run.claimed for run in runs))
         else:
             written = self.store.record_successes(self.claimant, ids, values)
         return [(run, Outcome.SUCCEEDED if run.claimed.id in written else Outcome.LOST)
                 for run in runs]
+
+    def _write_handing_on(self, ids: list[int], outputs: list[str | None] | None,
+                          generations: dict[str, int | None]) -> set[int]:
+        """Write the successes of these runs, some of them of limited kinds,
+        with their ``outputs`` if given (as db.JobStore.record_successes takes
+        them) and the ``generations`` their claims gave them (see
+        db.generations_of), claiming the next due job of each key whose run
+        succeeded (kinds limited per key only; see
+        db.JobStore.record_successes_handing_on): such a key's next job waits
+        for no claim. The ids written.
+
+        The next jobs take the places of the runs that ended, so the worker
+        holds no more than it did; they wait no longer than any claimed job
+        (see producer.Producer.give_back_slow_claims). The runs written are
+        still held as the jobs are, so the leases renew from where they did."""
+        holdings = self.holdings
+        room = 0 if self.stop_check() else min(len(ids), holdings.capacity())
+        if room <= 0:
+            return self.store.record_successes(self.claimant, ids, outputs)
+        sent = time.monotonic()
+        # A claim as any other: if the connection breaks, its rows may be
+        # this worker's unknown to it (see recheck.ClaimRecheck).
+        holdings.claim_sent()
+        try:
+            written, jobs = self.store.record_successes_handing_on(
+                self.claimant, ids, room, self.config.lease_seconds, self.queues, outputs,
+                generations)
+        except psycopg2.Error as exc:
+            if exc.pgcode is not None:
+                # The server refused the statement (a value it cannot store,
+                # say), which then claimed nothing.
+                holdings.claim_answered()
+            raise
+        holdings.claim_answered()
+        if jobs:
+            # Sized by what ended, not by a batch size, which it leaves alone.
+            holdings.hold_handed_on(jobs, Claim(sent, len(jobs), len(jobs), open=len(jobs),
+                                                limited=True, handed_on=True))
+        return written
 
     def _record_outcomes(self, runs: list[Run]) -> list[tuple[Run, Outcome]]:
         """Write the outcomes of runs that did not simply succeed; (run,
@@ -193,7 +236,7 @@ class Completer:
 
     def _may_wait(self, now: float) -> bool:
         """Whether ended runs' outcomes may wait for more to share their write."""
-        if not self.executor.busy or self.ledger.free_entries() < self.config.concurrency:
+        if not self.executor.busy or self.holdings.free_entries() < self.config.concurrency:
             return False
         oldest = self._oldest_unwritten()
         return oldest is None or now < oldest + WRITE_EVERY_SECONDS
@@ -218,7 +261,7 @@ class Completer:
         ids = [run.claimed.id for run in runs]
         self.store.release_claims_of([self.claimant], ids)
         for run in runs:
-            self._settle(run)
+            self.holdings.settle(run)
         self._to_release = []
         log.info("worker %d released jobs %s before starting them", self.index, ids)
         metrics.record_release("not_started", len(ids))
@@ -226,19 +269,15 @@ class Completer:
     def has_unwritten(self) -> bool:
         return bool(self._to_write or self._to_release)
 
-    def _settle(self, run: Run) -> None:
-        run.written = True
-        self.held.pop(run.claimed.id, None)
-        self.ledger.release(run.entry)
-
     def _count_and_settle(self, ended: list[tuple[Run, Outcome]]) -> None:
         """Free each written run's ledger entry and count the run in the
         fleet's metrics right after: an entry the supervisor finds still in
         use after a SIGKILL is a run not counted yet, which it counts (see
         supervisor.rescuer), and a kill between the two loses a count, never
         adds one."""
+        settle = self.holdings.settle
         for run, outcome in ended:
-            self._settle(run)
+            settle(run)
             metrics.record_run(run.claimed.kind, outcome, run.duration, run.claimed.queue,
                                run.waited())
 

@@ -49,7 +49,7 @@ HAND_OVER_SECONDS = 0.001
 #: The latest runs whose median length says how long a run takes.
 RECENT_RUNS = 15
 
-log = logging.getLogger("motir_supervisor.worker")
+log = logging.getLogger(__name__)
 
 
 class _Thread:

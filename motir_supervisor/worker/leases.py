@@ -4,8 +4,9 @@ the process ended by the kernel before a lease it could not renew lapses.
 The worker's main thread calls these verbs and owns every field here. A
 claim is only good while its lease holds: once it expires, the reaper of
 any supervisor may hand the job to another worker, so every run here must
-be over by then (see :meth:`Leases.update_alarm`). This module claims
-nothing and writes no outcome.
+be over by then (see :meth:`Leases.update_alarm`). It reads what is held
+from :class:`.holdings.Holdings` and changes none of it; it claims nothing
+and writes no outcome.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ import time
 
 from .. import db
 from ..config import Config
-from .claims import Run
 from .executor import Executor
+from .holdings import Holdings
 
-log = logging.getLogger("motir_supervisor.worker")
+log = logging.getLogger(__name__)
 
 #: The lease alarm goes off this long before the lease would expire.
 LEASE_ALARM_MARGIN_SECONDS = 0.5
@@ -27,14 +28,14 @@ LEASE_ALARM_MARGIN_SECONDS = 0.5
 
 class Leases:
     def __init__(self, config: Config, claimant: str, index: int, store: db.JobStore,
-                 executor: Executor, held: dict[int, Run]):
+                 executor: Executor, holdings: Holdings):
         self.config = config
         self.claimant = claimant
         self.index = index
         self.store = store
         self.executor = executor
-        #: The producer's runs, read here (see producer.Producer.held).
-        self.held = held
+        #: What the worker holds: read here, never changed.
+        self.holdings = holdings
         #: When the leases of every held job were last confirmed (the send
         #: time of the claim or renewal that confirmed them).
         self.confirmed = 0.0
@@ -46,22 +47,23 @@ class Leases:
     def claimed(self, sent: float) -> None:
         """A claim sent at ``sent`` is about to add its jobs: with nothing
         held before it, its lease is the one to renew from."""
-        if not self.held:
+        if not self.holdings:
             self.confirmed = sent
             self.next_renewal = sent + self.config.renew_every
 
     def renew_if_due(self, now: float) -> bool:
         """Renew every held job's lease once due; True when it did. A job no
         longer ours, or cancelled, has its handler asked to stop."""
-        if not self.held or now < self.next_renewal:
+        if not self.holdings or now < self.next_renewal:
             return False
         sent = time.monotonic()
-        renewed = self.store.renew_leases(self.claimant, list(self.held),
+        renewed = self.store.renew_leases(self.claimant, self.holdings.job_ids(),
                                           self.config.lease_seconds)
         self.confirmed = sent
         self.next_renewal = sent + self.config.renew_every
         self._warned = False
-        for job_id, run in self.held.items():
+        for run in self.holdings.runs():
+            job_id = run.claimed.id
             if run.stopping.value or run.completed:  # completed: no claim left to hold
                 continue
             if job_id not in renewed:
@@ -78,7 +80,7 @@ class Leases:
         """Whether renewals have failed for so long that the claims may soon
         be someone else's: then nothing more may start here."""
         lease, every = self.config.lease_seconds, self.config.renew_every
-        if not self.held or now - self.confirmed <= lease - every:
+        if not self.holdings or now - self.confirmed <= lease - every:
             return False
         if not self._warned and self.executor.busy:
             log.error("worker %d: its lease runs out in %.1fs without a renewal;"
@@ -87,7 +89,7 @@ class Leases:
         return True
 
     def next_timer(self) -> float:
-        if not self.held:
+        if not self.holdings:
             return float("inf")
         return min(self.next_renewal,
                    self.confirmed + self.config.lease_seconds - self.config.renew_every)

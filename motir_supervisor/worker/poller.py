@@ -6,10 +6,11 @@ Of a supervisor's workers one LISTENs (the holder of the listener's token,
 see :mod:`..ipc.tokens`); the others wait on the kicks pipe. The poller
 takes and hands on that token, reads the notifications and decides from
 them whether a claim could find work now (``may_have_work``,
-``limited_may_have_work``), which the worker's claim loop reads and
-clears. The worker's main thread calls it and owns every field here, but
-for :meth:`Poller.wake`, which handler threads call. Nothing here claims
-or writes.
+``limited_may_have_work``), which the producer reads and, through
+:meth:`Poller.ran_dry` and :meth:`Poller.limited_work_pending`, tells it
+of. The worker's main thread calls it and owns every field here, but for
+:meth:`Poller.wake`, which handler threads call. Nothing here claims or
+writes.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ..ipc.tokens import Kicks, Token
 from .executor import Executor
 from .title import WorkerTitle
 
-log = logging.getLogger("motir_supervisor.worker")
+log = logging.getLogger(__name__)
 
 #: Without LISTEN (--no-listen), empty polls back off from this to --poll-seconds.
 FIRST_POLL_SECONDS = 0.05
@@ -78,9 +79,33 @@ class Poller:
         except OSError:
             pass
 
+    def connect(self) -> None:
+        """Open the worker's connection, listening on it if this worker holds
+        the listener's token. Whatever was announced while the connection
+        was down went unheard: a claim could find work now."""
+        token = self.token
+        if token is not None and token.held:
+            self.store.listen = True
+        self.store.open()
+        log.debug("worker %d connected to %s, %s", self.index,
+                  db.describe_dsn(self.config.database_url),
+                  "polling only" if token is None
+                  else "listening" if self.store.listen else "woken by the listener")
+        self.expect_work()
+
     def expect_work(self) -> None:
         self.may_have_work = True
         self.limited_may_have_work = True
+
+    def ran_dry(self) -> None:
+        """A claim came back empty or short: nothing more until a wake-up,
+        a kick or the poll timer."""
+        self.may_have_work = False
+
+    def limited_work_pending(self, pending: bool) -> None:
+        """What a limited claim said: whether claim_limited_jobs could find
+        more now."""
+        self.limited_may_have_work = pending
 
     def next_poll_wait(self) -> float:
         """After an empty claim: how long to wait for a wake-up before
@@ -107,9 +132,14 @@ class Poller:
             return 0.0
         return min(FIRST_POLL_SECONDS * 2 ** (self._due_misses - 2), DUE_BACKOFF_MAX_SECONDS)
 
-    def idle_until(self, at: float) -> None:
-        """Look again at ``at`` (time.monotonic()) if nothing wakes this worker."""
-        self._idle_until = at
+    def idle_from(self, now: float, until_due: float | None) -> None:
+        """After an empty claim at ``now``: look again once the poll wait is
+        over, or when a job the database says is due in ``until_due``
+        seconds falls due (see until_due), if nothing wakes this worker."""
+        wait = self.next_poll_wait()
+        if until_due is not None:
+            wait = min(wait, self.until_due(until_due))
+        self._idle_until = now + wait
 
     def claimed(self) -> None:
         """A claim found jobs: the poll's back-offs start over."""

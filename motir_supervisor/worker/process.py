@@ -2,13 +2,16 @@
 
 The supervisor forks the process and calls :meth:`Worker.run` in the child;
 this module does no forking and holds no SQL. The worker is composed of
-roles, each an object of its own module built here with what it needs: the
+roles, each an object of its own module built here with what it needs:
+:class:`.holdings.Holdings` owns what the worker holds, the
 :class:`.producer.Producer` claims, the :class:`.executor.Executor` runs,
 the :class:`.completer.Completer` writes outcomes, the
 :class:`.leases.Leases` keep the claims, the :class:`.poller.Poller`
 waits, and :class:`.timeouts.Timeouts` ends sync runs past their timeout.
-The main thread owns the worker's database connection and calls every
-role; only the executor's handler threads run anything else.
+Its periodic services (the claim recheck, the limits sync, the scheduler;
+see :mod:`..maintenance.services`) run from one list. The main thread owns
+the worker's database connection and calls every role; only the
+executor's handler threads run anything else.
 
 While a handler may still be running, this process never gives its claim
 back itself: it exits, and the supervisor releases the claim once the
@@ -34,16 +37,18 @@ from ..ipc.lifecycle import (EXIT_BOOT_FAILURE, EXIT_OK, EXIT_RECYCLED, EXIT_TIM
                              watch_for_handler_forks)
 from ..ipc.tokens import Kicks, Token
 from ..logs import flush_logs, keep_off_standard_fds
+from ..maintenance import services
 from ..maintenance.limits import LimitsSync
 from ..maintenance.scheduler import SchedulerSeat
 from .batching import RoundTrips
 from .checkpoints import Checkpoints
-from .claims import Run
 from .completer import Completer
 from .executor import Executor
+from .holdings import Holdings
 from .leases import Leases
 from .poller import Poller
 from .producer import Producer
+from .recheck import ClaimRecheck
 from .recycling import Recycling
 from .timeouts import Timeouts
 from .title import WorkerTitle
@@ -73,7 +78,6 @@ class Worker:
         self.store = db.JobStore(config.database_url,
                                  application_name=f"motir-supervisor worker {index}",
                                  timeout_seconds=config.renew_every, prepare=config.listen)
-        self.scheduler_seat = SchedulerSeat(self.store, scheduler_token, index)
         self.checkpoints = Checkpoints(config, claimant, index)
         #: Signals received, appended by the handler and taken by the main
         #: thread (both run on the main thread: no lock needed).
@@ -90,23 +94,25 @@ class Worker:
         self.poller = Poller(config, index, self.store, self.executor, self.title,
                              token if config.listen else None,
                              kicks if config.listen else None)
-        #: The runs whose claims are this worker's until their outcome or
-        #: release is written: the producer adds, the completer removes.
-        held: dict[int, Run] = {}
+        self.holdings = Holdings(self.ledger, self.recycling.claim_budget)
         round_trips = RoundTrips()
         self.completer = Completer(config, claimant, index, self.store, self.executor,
-                                   self.ledger, held, round_trips)
-        self.leases = Leases(config, claimant, index, self.store, self.executor, held)
+                                   self.holdings, round_trips, stop_check=self._stop_landed)
+        self.leases = Leases(config, claimant, index, self.store, self.executor, self.holdings)
         self.producer = Producer(config, claimant, index, self.store, self.executor,
-                                 self.ledger, held, self.completer, self.leases, self.poller,
+                                 self.holdings, self.completer, self.leases, self.poller,
                                  round_trips, stop_check=self._stop_landed)
-        self.completer.hand_on = self.producer.write_handing_on
-        self.producer.claims_left = self.recycling.claim_budget
         self.timeouts = Timeouts(self.executor)
         self.stop_requested = False
         self.drain_deadline = float("inf")
         self.exit_code = EXIT_OK
-        self.limits_sync = LimitsSync(self.store, index)
+        self.claim_recheck = ClaimRecheck(self.store, claimant, index, self.holdings)
+        #: Run in this order after each renewal, before the claims: a
+        #: reconnect's recheck and the limits before anything is claimed.
+        self.services: list[services.Service] = [
+            self.claim_recheck,
+            LimitsSync(self.store, index, heard=self.producer.note_limits),
+            SchedulerSeat(self.store, scheduler_token, index)]
         self._reconnect_backoff = 0.0
         #: After a database error, nothing is sent before this time.
         self._database_retry_at = 0.0
@@ -132,8 +138,8 @@ class Worker:
             return EXIT_BOOT_FAILURE
         # After the apps: one may configure its own tracer provider.
         tracing.install()
-        self.scheduler_seat.schedules = [
-            r.schedule for r in registry.scheduled() if r.schedule is not None]
+        for service in self.services:
+            service.start()
         if registry.any_async():
             # Imported now rather than by the first async run, under the
             # executor's lock; a no-op when the supervisor imported it before
@@ -219,22 +225,22 @@ class Worker:
         Unlike a stop, nothing goes back (claimed jobs not started yet run
         here too) and no deadline cuts a run short. The ledger says so at
         once, so that the replacement starts, and claims, meanwhile."""
-        held = self.producer.held.values()
         log.info("worker %d (pid %d) recycling %s; the %d jobs it holds end here, %d of them"
-                 " not started yet", self.index, os.getpid(), reason, len(held),
-                 sum(1 for run in held if run.started is None and not run.withdrawn))
+                 " not started yet", self.index, os.getpid(), reason, len(self.holdings),
+                 self.holdings.unstarted())
         self.exit_code = EXIT_RECYCLED
         self.stop_requested = True
-        self.producer.keep_unstarted = True
+        self.producer.keep_unstarted()
         self._hand_on_tokens()
         self.ledger.set_retiring(reason)
         self.title.prefix = f"recycling {reason}, "
-        self.title(f"finishing {len(held)} jobs")
+        self.title(f"finishing {len(self.holdings)} jobs")
 
     def _hand_on_tokens(self) -> None:
-        """Let another worker listen and schedule: this one claims nothing more."""
+        """Let another worker listen and schedule (its services stop): it claims no more."""
         self.poller.hand_on_listener_token()
-        self.scheduler_seat.hand_on()
+        for service in self.services:
+            service.stop()
 
     def wake(self) -> None:
         """Wake the main thread (called from handler threads)."""
@@ -266,7 +272,7 @@ class Worker:
             # After the claims: one that spent the last of the budget recycles
             # before this worker waits, still holding the listener's token.
             if not self.stop_requested and (
-                    reason := self.recycling.reason(self.producer.claims_left, now)):
+                    reason := self.recycling.reason(self.holdings.claims_left, now)):
                 self.begin_recycling(reason)
             self.leases.update_alarm()
             flush_logs()
@@ -286,7 +292,8 @@ class Worker:
 
     def _talk_to_database(self, now: float) -> None:
         if not self.store.connected:
-            self._connect()
+            self.poller.connect()
+            self.claim_recheck.after_reconnect()
         # Renew first, so that a claim never starts handlers under a lease
         # confirmed too long ago (after an outage the alarm would fire at
         # once). Then claim before writing: a slot a run has just left starts
@@ -297,7 +304,7 @@ class Worker:
             # ours, never will here: their release makes the cancelled ones
             # cancelled and, fenced, leaves the lost ones to their new owner.
             self.producer.withdraw(lambda run: run.stopping.value)
-        self.producer.recheck_claims_if_due(now)
+        services.run_due(self.services, now)
         self._claim_while_room()
         self._write_finished()
         self.completer.release_withdrawn()
@@ -305,12 +312,14 @@ class Worker:
         self._claim_while_room()
         if not self.stop_requested:
             self.poller.look_for_listener_token(now)
-        if not self.stop_requested and (scheduler := self.scheduler_seat.take()) is not None:
-            scheduler.run_when_due()
 
     def _write_finished(self, now_or_never: bool = False) -> None:
         self.producer.collect_finished()
-        self.completer.write_finished(now_or_never)
+        try:
+            self.completer.write_finished(now_or_never)
+        finally:
+            # What the hand-on claimed starts even if a later write broke.
+            self.producer.start_handed_on()
 
     def _claim_while_room(self) -> None:
         if self.producer.claim_while_room(lambda: self.stop_requested):
@@ -321,32 +330,25 @@ class Worker:
         if not self.executor.busy:
             self.title("idle")
         self.poller.take_listener_token()
-        self._sync_limits()
         now = time.monotonic()
-        wait = self.poller.next_poll_wait()
         # Every idle worker watches the clock for delayed jobs: no NOTIFY
         # comes when a run_at passes, and the listener may be full by then.
-        until_due, self.producer.limits_exist = self.store.seconds_until_next_due(
-            self.producer.queues)
-        if until_due is not None:
-            wait = min(wait, self.poller.until_due(until_due))
-        self.poller.idle_until(now + wait)
+        until_due, limits_exist = self.store.seconds_until_next_due(self.producer.queues)
+        self.producer.note_limits(limits_exist)
+        self.poller.idle_from(now, until_due)
 
     def _wait(self) -> None:
         """Sleep until a signal, a handler's news, a wake-up or the next timer."""
         now = time.monotonic()
-        # A renewal or a write due while the database cannot be tried yet
-        # waits for that try: otherwise an outage with outcomes held would
-        # spin this loop until the database is back.
-        database_timers = [self.leases.next_timer(), self.completer.next_timer()]
-        if now < self._database_retry_at:
-            database_timers = [max(timer, self._database_retry_at) for timer in database_timers]
+        # A renewal, a write or a service due while the database cannot be
+        # tried yet waits for that try: otherwise an outage with outcomes
+        # held would spin this loop until the database is back.
+        retry_at = self._database_retry_at
         timers = [self.producer.next_timer(), self.timeouts.next_timer(),
-                  self.executor.next_nudge(), now + 1.0, *database_timers]
-        scheduler = self.scheduler_seat.scheduler
-        if scheduler is not None and not self.stop_requested:
-            # Not before the database may be tried again: no spinning meanwhile.
-            timers.append(max(scheduler.next_pass, self._database_retry_at))
+                  self.executor.next_nudge(), now + 1.0,
+                  max(self.leases.next_timer(), retry_at),
+                  max(self.completer.next_timer(), retry_at),
+                  max(services.next_due(self.services), retry_at)]
         if self.stop_requested:
             timers.append(self.drain_deadline)
         if now < self._database_retry_at:
@@ -385,24 +387,6 @@ class Worker:
         self.exit_code = EXIT_TIMEOUT
         self.ledger.set_retiring()
         self.begin_stop(self.config.drain_seconds, "replacing itself after a timeout")
-
-    def _connect(self) -> None:
-        token = self.poller.token
-        if token is not None and token.held:
-            self.store.listen = True
-        self.store.open()
-        log.debug("worker %d connected to %s, %s", self.index,
-                  db.describe_dsn(self.config.database_url),
-                  "polling only" if token is None
-                  else "listening" if self.store.listen else "woken by the listener")
-        self.producer.after_reconnect()
-        self._sync_limits()
-        # Whatever was announced while the connection was down went unheard.
-        self.poller.expect_work()
-
-    def _sync_limits(self) -> None:
-        if (limits_exist := self.limits_sync.run()) is not None:
-            self.producer.limits_exist = limits_exist
 
     def _database_failed(self, exc: BaseException) -> None:
         self.store.close()

@@ -29,7 +29,7 @@ import psycopg2.extensions
 
 from .. import db
 
-log = logging.getLogger("motir_supervisor.worker")
+log = logging.getLogger(__name__)
 
 
 class Completing(Protocol):

@@ -13,7 +13,7 @@ from motir_supervisor.ipc import ledger
 from motir_supervisor.worker.batching import RoundTrips
 from motir_supervisor.worker.claims import Claim, Run
 from motir_supervisor.worker.completer import Completer
-from motir_supervisor.worker.producer import Producer
+from motir_supervisor.worker.holdings import Holdings
 
 PER_KEY = db.Limits(max_running_per_key=1)
 
@@ -34,17 +34,14 @@ def _keyed(sql, store, keys):
 
 
 def _completer(store):
-    """The completer with the producer's hand-on, as a worker wires them."""
+    """The completer with the worker's holdings, as a worker wires them: its
+    hand-on holds what it claims (which nothing starts here)."""
     entries = ledger.Ledger(16)
-    completer = Completer(types.SimpleNamespace(concurrency=1, database_url=store.dsn), "c", 1,
-                          store, types.SimpleNamespace(busy=False, finished_since=lambda: None),
-                          entries, {}, RoundTrips())
-    producer = types.SimpleNamespace(
-        stop_check=lambda: False, ledger=entries, claims_left=100, store=store, claimant="c",
-        config=types.SimpleNamespace(lease_seconds=30), queues=None, _claim_in_doubt=False,
-        limited_batch_size=1, _take=lambda jobs, claim: None)
-    completer.hand_on = lambda ids, outputs, generations: Producer.write_handing_on(
-        producer, ids, outputs, generations)
+    config = types.SimpleNamespace(concurrency=1, database_url=store.dsn, lease_seconds=30,
+                                   queues=())
+    completer = Completer(config, "c", 1, store,
+                          types.SimpleNamespace(busy=False, finished_since=lambda: None),
+                          Holdings(entries, 100), RoundTrips())
     return completer, entries
 
 

@@ -4,6 +4,7 @@ that emptied the queue leaves them whole), a stop landing during a claim,
 a recycling worker's timers, and the limited lane's own claim sizes."""
 
 import signal
+import sys
 import time
 
 import pytest
@@ -16,6 +17,7 @@ from motir_supervisor.worker.batching import RoundTrips
 from motir_supervisor.worker.claims import Claim
 from motir_supervisor.worker.completer import Completer
 from motir_supervisor.worker.executor import Executor
+from motir_supervisor.worker.holdings import Holdings
 from motir_supervisor.worker.leases import Leases
 from motir_supervisor.worker.poller import Poller
 from motir_supervisor.worker.producer import LIMITED_CLAIM_ROWS, Producer
@@ -36,12 +38,13 @@ def worker_roles(database_url, claimant, concurrency, batch_size, stop_check=lam
     executor = Executor(concurrency, entries, retry_base=1, retry_cap=1, wake=lambda: None,
                         save_checkpoint=lambda *a: True, title=lambda text: None)
     store = db.JobStore(database_url)
-    held: dict = {}
+    holdings = Holdings(entries, sys.maxsize)
     round_trips = RoundTrips()
-    completer = Completer(config, claimant, 1, store, executor, entries, held, round_trips)
-    leases = Leases(config, claimant, 1, store, executor, held)
+    completer = Completer(config, claimant, 1, store, executor, holdings, round_trips,
+                          stop_check=stop_check)
+    leases = Leases(config, claimant, 1, store, executor, holdings)
     poller = Poller(config, 1, store, executor, WorkerTitle(1), None, None)
-    producer = Producer(config, claimant, 1, store, executor, entries, held, completer, leases,
+    producer = Producer(config, claimant, 1, store, executor, holdings, completer, leases,
                         poller, round_trips, stop_check=stop_check)
     return producer, completer, executor
 
@@ -56,6 +59,7 @@ def one_slot_producer(database_url):
     def write_finished() -> None:
         producer.collect_finished()
         completer.write_finished(now_or_never=True)
+        producer.start_handed_on()
     yield producer, write_finished
     signal.setitimer(signal.ITIMER_REAL, 0)  # the lease alarm its claims armed
     producer.store.close()
@@ -68,7 +72,7 @@ def test_a_job_claimed_ahead_of_a_backlog_keeps_the_next_claims_short(one_slot_p
 
     def claim_and_run() -> int:
         count, _ = producer.claim(1)
-        wait_until(lambda: all(run.ended for run in producer.held.values()), 10)
+        wait_until(lambda: all(run.ended for run in producer.holdings.runs()), 10)
         return count
 
     sql.rows("INSERT INTO job_queue (kind, priority) SELECT 'model_quick', 10"
@@ -78,7 +82,7 @@ def test_a_job_claimed_ahead_of_a_backlog_keeps_the_next_claims_short(one_slot_p
     if urgent:
         sql.rows("INSERT INTO job_queue (kind, priority) VALUES ('model_quick', -1)")
     assert claim_and_run() == 512
-    first = min(producer.held.values(), key=lambda run: run.started).claimed.priority
+    first = min(producer.holdings.runs(), key=lambda run: run.started).claimed.priority
     assert first == (-1 if urgent else 10)
     write_finished()
     # After a job that came ahead of the backlog, more may follow: short
@@ -87,7 +91,7 @@ def test_a_job_claimed_ahead_of_a_backlog_keeps_the_next_claims_short(one_slot_p
     assert claim_and_run() == size
     # A short claim is recorded at its own size: the batch size grows
     # from what its few jobs took, not from what 512 would have.
-    assert {run.claim.size for run in producer.held.values()} == {size}
+    assert {run.claim.size for run in producer.holdings.runs()} == {size}
     assert claim_and_run() == size
     write_finished()
     assert sql.value("SELECT count(*) FROM job_queue WHERE state = 'succeeded'") == (
@@ -102,7 +106,7 @@ def test_an_urgent_job_with_no_backlog_behind_it_leaves_claims_whole(one_slot_pr
 
     def claim_and_run() -> int:
         count, _ = producer.claim(1)
-        wait_until(lambda: all(run.ended for run in producer.held.values()), 10)
+        wait_until(lambda: all(run.ended for run in producer.holdings.runs()), 10)
         write_finished()
         return count
 
@@ -162,9 +166,9 @@ def test_a_recycling_worker_keeps_no_timer_for_its_slow_claims(one_slot_producer
     one either: a timer already past would spin its loop until the claim
     ends."""
     producer, _ = one_slot_producer
-    producer._open_claims.append(Claim(time.monotonic() - 60, 1, 1, open=1))
+    producer.holdings.hold([], Claim(time.monotonic() - 60, 1, 1, open=1))
     assert producer.next_timer() < time.monotonic()
-    producer.keep_unstarted = True
+    producer.keep_unstarted()
     assert producer.next_timer() == float("inf")
 
 
@@ -180,7 +184,7 @@ def test_the_limited_lane_sizes_its_claims_apart_from_the_regular_one(database_u
         sizes = []
         for _ in range(6):
             count, _ = producer.claim_limited(0)
-            wait_until(lambda: all(run.ended for run in producer.held.values()), 10)
+            wait_until(lambda: all(run.ended for run in producer.holdings.runs()), 10)
             producer.collect_finished()
             completer.write_finished(now_or_never=True)
             sizes.append((count, producer.limited_batch_size))
@@ -210,12 +214,34 @@ def test_a_worker_with_no_free_slot_does_not_retry_a_limited_claim_at_once(datab
         sql.rows("INSERT INTO job_queue (kind) SELECT 'model_slow_limited'"
                  " FROM generate_series(1, 5)")
         assert producer.claim_limited(1) == (1, True)
-        wait_until(lambda: executor.free_slots() == 0 and producer.held, 5)
+        wait_until(lambda: executor.free_slots() == 0 and producer.holdings, 5)
         producer.room = lambda: 1  # a reserve's worth of room, no free slot
-        producer.limits_exist = True
+        producer.note_limits(True)
         assert producer.claim_while_room(lambda: False) is True
         assert sql.value("SELECT count(*) FROM job_queue WHERE state = 'running'") == 1
     finally:
-        wait_until(lambda: all(run.ended for run in producer.held.values()), 10)
+        wait_until(lambda: all(run.ended for run in producer.holdings.runs()), 10)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        producer.store.close()
+
+
+def test_the_next_jobs_a_success_hands_on_are_held_and_started(database_url, sql):
+    """A keyed success's write claims its key's next job: the completer
+    gives it to the holdings and the producer starts it, so a key's backlog
+    runs through with no claim of the producer's after the first."""
+    producer, completer, _ = worker_roles(database_url, "hand:1", 2, 512)
+    try:
+        producer.store.sync_limits({"model_quick": db.Limits(max_running_per_key=1)})
+        sql.rows("INSERT INTO job_queue (kind, concurrency_key)"
+                 " SELECT 'model_quick', 'k' FROM generate_series(1, 3)")
+        assert producer.claim_limited(0)[0] == 1
+        for _ in range(3):
+            wait_until(lambda: all(run.ended for run in producer.holdings.runs()), 10)
+            producer.collect_finished()
+            completer.write_finished(now_or_never=True)
+            producer.start_handed_on()
+        assert sql.value("SELECT count(*) FROM job_queue WHERE state = 'succeeded'") == 3
+        assert not producer.holdings
+    finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         producer.store.close()

@@ -13,6 +13,7 @@ from motir_supervisor.ipc import ledger
 from motir_supervisor.worker.batching import RoundTrips
 from motir_supervisor.worker.claims import Claim, Run
 from motir_supervisor.worker.completer import Completer
+from motir_supervisor.worker.holdings import Holdings
 
 
 class FencedStore:
@@ -46,9 +47,9 @@ def test_a_statement_that_breaks_leaves_the_runs_written_before_it_settled(monke
         run.decision, run.output_json, run.ended = outcomes.SUCCESS, output, True
         store.ours.add(job_id)
         runs.append(run)
-    completer = Completer(types.SimpleNamespace(concurrency=1), "me", 1, store,
+    completer = Completer(types.SimpleNamespace(concurrency=1, queues=()), "me", 1, store,
                           types.SimpleNamespace(busy=False, finished_since=lambda: None),
-                          entries, {}, RoundTrips())
+                          Holdings(entries, 100), RoundTrips())
     completer.add_ended(runs, 0.0)
     try:
         completer.write_finished(now_or_never=True)
@@ -69,9 +70,9 @@ def test_runs_completed_in_their_transaction_are_settled_once_and_nothing_is_sen
     run = Run(db.ClaimedJob(1, "default", "k", json.dumps(None), 1, 5, None, 0),
               Claim(0.0, 1, 1), entries.claim(1), registration)
     run.decision, run.ended, run.completed = outcomes.SUCCESS, True, True
-    completer = Completer(types.SimpleNamespace(concurrency=1), "me", 1, object(),
+    completer = Completer(types.SimpleNamespace(concurrency=1, queues=()), "me", 1, object(),
                           types.SimpleNamespace(busy=False, finished_since=lambda: None),
-                          entries, {1: run}, RoundTrips())
+                          Holdings(entries, 100), RoundTrips())
     completer.add_ended([run], 0.0)
     completer.write_finished(now_or_never=True)
     assert counted == ["succeeded"] and not completer.has_unwritten()

@@ -4,6 +4,7 @@ at once only a few times in a row, and a job said due that claims keep not
 taking is looked for less and less often, so that a row another
 transaction holds cannot spin the worker."""
 
+import sys
 import types
 
 from motir_supervisor.config import Config
@@ -11,6 +12,7 @@ from motir_supervisor.ipc import ledger
 from motir_supervisor.worker import poller as polling
 from motir_supervisor.worker import producer as producing
 from motir_supervisor.worker.batching import RoundTrips
+from motir_supervisor.worker.holdings import Holdings
 from motir_supervisor.worker.producer import Producer
 
 
@@ -58,13 +60,19 @@ class Poller:
     def claimed(self):
         pass
 
+    def ran_dry(self):
+        self.may_have_work = False
+
+    def limited_work_pending(self, pending):
+        self.limited_may_have_work = pending
+
 
 def _producer(store):
     config = Config(database_url="postgresql:///unused")
-    producer = Producer(config, "c", 0, store, Executor(), ledger.Ledger(64), {},
+    producer = Producer(config, "c", 0, store, Executor(), Holdings(ledger.Ledger(64), sys.maxsize),
                         completer=types.SimpleNamespace(), leases=types.SimpleNamespace(),
                         poller=Poller(), round_trips=RoundTrips())
-    producer.limits_exist = True
+    producer.note_limits(True)
     return producer
 
 
