@@ -293,7 +293,7 @@ class Worker:
     def _talk_to_database(self, now: float) -> None:
         if not self.store.connected:
             self.poller.connect()
-            self.claim_recheck.after_reconnect()
+            self.claim_recheck.after_reconnect(now)
         # Renew first, so that a claim never starts handlers under a lease
         # confirmed too long ago (after an outage the alarm would fire at
         # once). Then claim before writing: a slot a run has just left starts

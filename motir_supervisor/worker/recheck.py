@@ -35,11 +35,14 @@ class ClaimRecheck(Service):
         #: When the passes still to make are due, earliest first.
         self._due: list[float] = []
 
-    def after_reconnect(self) -> None:
+    def after_reconnect(self, now: float | None = None) -> None:
         """The connection is new: a claim in doubt when the old one broke
-        is looked for now, and once more CLAIM_RECHECK_SECONDS later."""
+        is looked for now, and once more CLAIM_RECHECK_SECONDS later.
+        ``now``: the time of the loop's pass that reconnected, whose run of
+        the services (before its claims) makes the first look."""
         if self.holdings.take_doubt():
-            now = time.monotonic()
+            if now is None:
+                now = time.monotonic()
             self._due = [now, now + CLAIM_RECHECK_SECONDS]
 
     def next_due(self) -> float:
