@@ -9,8 +9,8 @@ connection, with the same arguments, checks and results::
         await enqueue_async(conn, "rebuild_report", {"report": 7}, unique_key="report:7")
 
 ``conn`` is a psycopg (3) AsyncConnection, or a SQLAlchemy AsyncSession
-(``async_scoped_session`` too) or AsyncConnection over psycopg
-(``postgresql+psycopg://``). Every statement is awaited on that
+(``async_scoped_session`` too) or AsyncConnection over psycopg or asyncpg
+(``postgresql+psycopg://``, ``postgresql+asyncpg://``). Every statement is awaited on that
 connection: a call waiting for the database (a unique key held by a
 transaction not committed yet, say) lets the event loop run everything
 else. A name of its own rather than ``enqueue`` returning an awaitable on

@@ -9,13 +9,15 @@ Each driver gets a small executor that sends one :class:`Statement` (the
 text of a named block, with ``%(name)s`` parameters) and hands back its
 :class:`Result`; what to send next is decided once, by the caller's
 generator. Statements go through the connection as the caller holds it, in
-its transaction: nothing here begins, commits or rolls back, and on a
-SQLAlchemy session they go through ``exec_driver_sql`` of the session's
-connection, so the session's events and echo see them.
+its transaction: nothing here begins, commits or rolls back. On SQLAlchemy
+they go through ``exec_driver_sql`` of the session's connection, so the
+session's events and echo see them, over psycopg2 or psycopg as written and
+over asyncpg with the parameters numbered.
 
 psycopg and SQLAlchemy are optional (the ``[psycopg]`` and ``[sqlalchemy]``
 extras): a connection is recognized by the modules already imported, so
-nothing here imports them, and the worker never loads them.
+nothing here imports them, and the worker never loads them. Nothing here
+holds SQL text.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generator, NamedTupl
 import psycopg2.extensions
 
 from .rows import Result, result_of
+from .statements import numbered
 
 if TYPE_CHECKING:
     import psycopg
@@ -47,7 +50,7 @@ T = TypeVar("T")
 
 #: SQLAlchemy's drivers whose parameters are ``%(name)s`` and that send a
 #: list as an array, as the statements' text expects.
-_SQLALCHEMY_DRIVERS = ("psycopg2", "psycopg")
+_PYFORMAT_DRIVERS = ("psycopg2", "psycopg")
 
 _SYNC_ACCEPTED = ("a psycopg2 connection, a psycopg Connection, or a SQLAlchemy Session or"
                   " Connection")
@@ -163,22 +166,22 @@ def _on_psycopg_async(conn: psycopg.AsyncConnection[Any]
 
 
 def _on_sqlalchemy(conn: sqlalchemy.engine.Connection) -> Callable[[Statement], Result]:
-    _check_dialect(conn.dialect)
+    in_form = _form_of(conn.dialect)
 
     def execute(statement: Statement) -> Result:
-        # The driver's own parameter style, as the statement's text is
-        # written: SQLAlchemy passes text and parameters through unchanged.
-        result = conn.exec_driver_sql(statement.text, statement.parameters)
+        # exec_driver_sql: SQLAlchemy passes text and parameters to the
+        # driver unchanged, in the driver's own parameter style.
+        result = conn.exec_driver_sql(*in_form(statement))
         return Result(tuple(result.keys()), [tuple(row) for row in result])
     return execute
 
 
 def _on_sqlalchemy_async(conn: sqlalchemy.ext.asyncio.AsyncConnection
                          ) -> Callable[[Statement], Awaitable[Result]]:
-    _check_dialect(conn.dialect)
+    in_form = _form_of(conn.dialect)
 
     async def execute(statement: Statement) -> Result:
-        result = await conn.exec_driver_sql(statement.text, statement.parameters)
+        result = await conn.exec_driver_sql(*in_form(statement))
         return Result(tuple(result.keys()), [tuple(row) for row in result])
     return execute
 
@@ -207,11 +210,23 @@ _ASYNC_EXECUTORS: dict[str, Callable[[Any], Callable[[Statement], Awaitable[Resu
 }
 
 
-def _check_dialect(dialect: Any) -> None:
-    if dialect.name != "postgresql" or dialect.driver not in _SQLALCHEMY_DRIVERS:
-        raise TypeError(f"enqueue on SQLAlchemy needs PostgreSQL through psycopg2 or psycopg"
-                        f" (postgresql+psycopg2:// or postgresql+psycopg://), not"
-                        f" {dialect.name}+{dialect.driver}")
+def _form_of(dialect: Any) -> Callable[[Statement], tuple[str, Any]]:
+    """How a statement goes to a SQLAlchemy dialect's driver: as written to
+    psycopg2 and psycopg; to asyncpg, whose parameters are $1, $2, ..., with
+    them numbered (its codecs, as SQLAlchemy sets them up, take the same
+    values: JSON as text, lists as arrays)."""
+    if dialect.name == "postgresql" and dialect.driver in _PYFORMAT_DRIVERS:
+        return lambda statement: (statement.text, statement.parameters)
+    if dialect.name == "postgresql" and dialect.driver == "asyncpg":
+        return _numbered
+    raise TypeError(f"enqueue on SQLAlchemy needs PostgreSQL through psycopg2, psycopg or"
+                    f" asyncpg (postgresql+psycopg2://, postgresql+psycopg:// or"
+                    f" postgresql+asyncpg://), not {dialect.name}+{dialect.driver}")
+
+
+def _numbered(statement: Statement) -> tuple[str, tuple[Any, ...]]:
+    text, names = numbered(statement.text)
+    return text, tuple(statement.parameters[name] for name in names)
 
 
 def _names(description: Any) -> tuple[str, ...]:

@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from motir_supervisor import enqueue, enqueue_async, enqueue_many, enqueue_many_async
 from tests.helpers import notifications, wait_until, wakeup_listener
 
-ASYNC = ("psycopg_async", "sqlalchemy_async_session")
+ASYNC = ("psycopg_async", "sqlalchemy_async_session", "sqlalchemy_async_session_asyncpg")
 DRIVERS = ("psycopg2", "psycopg", "sqlalchemy_session", "sqlalchemy_session_psycopg2",
            "sqlalchemy_scoped_session", "sqlalchemy_connection", *ASYNC)
 
@@ -46,10 +46,11 @@ class Producer:
             self.conn = psycopg.connect(url)
         elif driver == "psycopg_async":
             self.conn = self.loop.run(psycopg.AsyncConnection.connect(url))
-        elif driver == "sqlalchemy_async_session":
+        elif driver.startswith("sqlalchemy_async_session"):
+            scheme = "postgresql+asyncpg://" if driver.endswith("asyncpg") else \
+                "postgresql+psycopg://"
             self.engine = sqlalchemy.ext.asyncio.create_async_engine(
-                url.replace("postgresql://", "postgresql+psycopg://"),
-                poolclass=sqlalchemy.pool.NullPool)
+                url.replace("postgresql://", scheme), poolclass=sqlalchemy.pool.NullPool)
             self.conn = sqlalchemy.ext.asyncio.AsyncSession(self.engine)
         else:
             scheme = "postgresql+psycopg2://" if driver.endswith("psycopg2") else \

@@ -28,8 +28,8 @@ def test_a_sqlalchemy_session_on_another_database_is_refused_before_anything_is_
     sent = []
     sqlalchemy.event.listen(engine, "before_cursor_execute", lambda *args: sent.append(args))
     with sqlalchemy.orm.Session(engine) as session:
-        with pytest.raises(TypeError, match=r"needs PostgreSQL through psycopg2 or psycopg .*,"
-                                            r" not sqlite\+pysqlite$"):
+        with pytest.raises(TypeError, match=r"needs PostgreSQL through psycopg2, psycopg or"
+                                            r" asyncpg .*, not sqlite\+pysqlite$"):
             enqueue(session, "x")
         assert enqueue_many(session, []) == []  # nothing to send: nothing asked of it
     assert sent == []
