@@ -9,16 +9,18 @@ Handlers register with :func:`job`::
         ...
 
 Producers enqueue inside their own transaction with :func:`enqueue` and
-:func:`enqueue_many` (see api.py)::
+:func:`enqueue_many` (see api.py), or from asyncio with
+:func:`enqueue_async` and :func:`enqueue_many_async` (async_api.py)::
 
     from motir_supervisor import enqueue
 
-    enqueue(conn, "send_email", {"to": "a@b.c"})  # conn: a psycopg2 connection
+    enqueue(conn, "send_email", {"to": "a@b.c"})  # conn: psycopg2, psycopg or SQLAlchemy
 """
 
 from .api import enqueue, enqueue_many
+from .async_api import enqueue_async, enqueue_many_async
 from .registry import Interrupted, Job, PermanentFailure, Snooze, job
 from .worker.transactions import ClaimLost
 
 __all__ = ["ClaimLost", "Interrupted", "Job", "PermanentFailure", "Snooze", "enqueue",
-           "enqueue_many", "job"]
+           "enqueue_async", "enqueue_many", "enqueue_many_async", "job"]

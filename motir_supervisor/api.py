@@ -10,6 +10,14 @@ everything else it wrote::
             cur.execute("INSERT INTO reports (id) VALUES (%s)", (7,))
         enqueue(conn, "rebuild_report", {"report": 7}, unique_key="report:7")
 
+``conn`` is whichever connection the app already holds: a psycopg2
+connection, a psycopg (3) Connection, or a SQLAlchemy Session (a
+``scoped_session`` too, as Flask-SQLAlchemy's ``db.session``) or
+Connection over psycopg2 or psycopg. One name for all of them, told apart
+by type, because each call means the same whatever the driver; on
+asyncio, the same calls are :func:`async_api.enqueue_async` and
+``enqueue_many_async``, a name of their own since they must be awaited.
+
 This module checks the arguments and turns them into :class:`db.NewJob`
 values; the db package runs the statements. It never commits, rolls back
 or changes ``autocommit``, and holds no SQL. On a connection in
@@ -32,12 +40,10 @@ import inspect
 import math
 from typing import Any, Iterable, Mapping
 
-import psycopg2.extensions
-
 from . import db
 
 
-def enqueue(conn: psycopg2.extensions.connection, kind: str, payload: Any = None, *,
+def enqueue(conn: db.Connection, kind: str, payload: Any = None, *,
             queue: str = "default", delay: float | None = None,
             run_at: datetime.datetime | None = None, priority: int = 0,
             unique_key: str | None = None, max_attempts: int | None = None,
@@ -58,14 +64,13 @@ def enqueue(conn: psycopg2.extensions.connection, kind: str, payload: Any = None
     statement, and that aborts the transaction, like any failed statement:
     roll it back.
     """
-    return db.enqueue_jobs(_connection(conn), [_new_job(
+    return db.enqueue_jobs(conn, [_new_job(
         kind, payload, queue=queue, delay=delay, run_at=run_at, priority=priority,
         unique_key=unique_key, max_attempts=max_attempts,
         concurrency_key=concurrency_key)])[0][0]
 
 
-def enqueue_many(conn: psycopg2.extensions.connection,
-                 jobs: Iterable[Mapping[str, Any]]) -> list[int]:
+def enqueue_many(conn: db.Connection, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
     """Insert many jobs in one statement, in ``conn``'s transaction; their ids
     in the order given.
 
@@ -74,7 +79,11 @@ def enqueue_many(conn: psycopg2.extensions.connection,
     one of the same call has gets that one's id, as it would from two calls.
     A bad job raises before anything is sent, naming its place (``jobs[3]``).
     """
-    conn = _connection(conn)
+    return [job_id for job_id, _ in db.enqueue_jobs(conn, _new_jobs(jobs))]
+
+
+def _new_jobs(jobs: Iterable[Mapping[str, Any]]) -> list[db.NewJob]:
+    """enqueue_many's jobs, checked as enqueue checks its arguments."""
     new_jobs = []
     for place, job in enumerate(jobs):
         try:
@@ -89,13 +98,7 @@ def enqueue_many(conn: psycopg2.extensions.connection,
             new_jobs.append(_new_job(**job))
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"jobs[{place}]: {exc}") from exc
-    return [job_id for job_id, _ in db.enqueue_jobs(conn, new_jobs)]
-
-
-def _connection(conn: Any) -> psycopg2.extensions.connection:
-    if not isinstance(conn, psycopg2.extensions.connection):
-        raise TypeError(f"conn must be a psycopg2 connection, not {type(conn).__name__}")
-    return conn
+    return new_jobs
 
 
 def _new_job(kind: str, payload: Any = None, *, queue: str = "default",

@@ -11,6 +11,8 @@ command line and the dashboard run goes through here.
 - :mod:`.rows` — the typed rows the statements return, read by column name.
 - :mod:`.enqueueing` — the insert every producer of this package shares,
   on a connection of the caller's.
+- :mod:`.drivers` — running the enqueue's statements on whichever driver
+  made that connection: psycopg2, psycopg 3, SQLAlchemy, sync or async.
 - :mod:`.transactions` — the job's success written in its handler's own
   transaction, on that transaction's connection.
 - :mod:`.statements` — the named SQL of ``sql/queries.sql`` and
@@ -26,7 +28,9 @@ handles a signal or runs handler code.
 """
 
 from .connections import connect, describe_dsn, one_line, scrub
-from .enqueueing import NewJob, UNIQUE_KEY_TRIES, encode_payload, enqueue_jobs
+from .drivers import AsyncConnection, Connection
+from .enqueueing import (NewJob, UNIQUE_KEY_TRIES, encode_payload, enqueue_jobs,
+                         enqueue_jobs_async)
 from .limits import Limits
 from .migrations import Migration, load_migrations
 from .operations import Operations
@@ -38,10 +42,11 @@ from .store import ANY_QUEUE, CONNECTION_ERRORS, STATES, WAKEUP_CHANNEL, JobStor
 from .transactions import record_success_in_transaction, reset_session
 
 __all__ = [
-    "ANY_QUEUE", "CONNECTION_ERRORS", "Cancel", "ClaimedJob", "DECLARED", "Declared", "JobState",
-    "JobStore", "Lease", "Limits", "Migration", "NewJob", "Operations", "Outcome", "PREPARED",
-    "QUERIES", "Result", "Retry", "Rows", "STATES", "ScheduleSeen", "Session", "Settled",
-    "UNIQUE_KEY_TRIES", "WAKEUP_CHANNEL", "connect", "describe_dsn", "encode_payload",
-    "enqueue_jobs", "generations_of", "load_migrations", "one_line", "prepared_form",
-    "record_success_in_transaction", "reset_session", "scrub", "text_of",
+    "ANY_QUEUE", "AsyncConnection", "CONNECTION_ERRORS", "Cancel", "ClaimedJob", "Connection",
+    "DECLARED", "Declared", "JobState", "JobStore", "Lease", "Limits", "Migration", "NewJob",
+    "Operations", "Outcome", "PREPARED", "QUERIES", "Result", "Retry", "Rows", "STATES",
+    "ScheduleSeen", "Session", "Settled", "UNIQUE_KEY_TRIES", "WAKEUP_CHANNEL", "connect",
+    "describe_dsn", "encode_payload", "enqueue_jobs", "enqueue_jobs_async", "generations_of",
+    "load_migrations", "one_line", "prepared_form", "record_success_in_transaction",
+    "reset_session", "scrub", "text_of",
 ]

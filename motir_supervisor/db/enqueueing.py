@@ -1,7 +1,13 @@
 """Inserting jobs on a connection of the caller's, in whatever transaction
-it is in: the Python API (:mod:`api`) and ``JobStore.enqueue`` both come
-here, so one statement (``enqueue_jobs`` in sql/queries.sql) and one
-handling of unique keys serve every producer of this package.
+it is in: the Python API (:mod:`api`, :mod:`async_api`) and
+``JobStore.enqueue`` all come here, so one statement (``enqueue_jobs`` in
+sql/queries.sql) and one handling of unique keys serve every producer of
+this package, on every driver.
+
+:func:`enqueueing` is that handling written once, without a connection: it
+yields each statement to send and is sent back what it returned.
+:mod:`.drivers` runs it on psycopg2, psycopg 3 or SQLAlchemy, sync or
+async; nothing here knows which.
 """
 
 from __future__ import annotations
@@ -9,14 +15,16 @@ from __future__ import annotations
 import datetime
 import json
 import re
-from typing import Any, NamedTuple, Sequence
-
-import psycopg2
-import psycopg2.extensions
+from typing import TYPE_CHECKING, Any, Generator, NamedTuple, Sequence
 
 from .. import tracing
-from .rows import Rows, result_of
+from . import drivers
+from .drivers import Statement
+from .rows import Result, Rows
 from .statements import text_of
+
+if TYPE_CHECKING:
+    from .drivers import AsyncConnection, Connection
 
 
 class NewJob(NamedTuple):
@@ -88,11 +96,28 @@ def encode_payload(payload: Any) -> str:
     return text
 
 
-def enqueue_jobs(conn: psycopg2.extensions.connection,
-                 jobs: Sequence[NewJob]) -> list[tuple[int, bool]]:
-    """(job id, inserted) of each job, in order, inserted over ``conn`` in
-    whatever transaction it is in: nothing here commits, rolls back or
-    changes autocommit.
+#: An enqueue as the statements it sends: it yields each one, is sent what
+#: that one returned, and returns (job id, inserted) of each job.
+Enqueueing = Generator[Statement, Result, list[tuple[int, bool]]]
+
+
+def enqueue_jobs(conn: Connection, jobs: Sequence[NewJob]) -> list[tuple[int, bool]]:
+    """:func:`enqueueing` of ``jobs`` run on ``conn``: a psycopg2 or psycopg
+    connection, or a SQLAlchemy Session or Connection (see :mod:`.drivers`)."""
+    return drivers.run(conn, enqueueing(jobs))
+
+
+async def enqueue_jobs_async(conn: AsyncConnection,
+                             jobs: Sequence[NewJob]) -> list[tuple[int, bool]]:
+    """:func:`enqueueing` of ``jobs`` run on ``conn``, a psycopg
+    AsyncConnection or a SQLAlchemy AsyncSession or AsyncConnection."""
+    return await drivers.run_async(conn, enqueueing(jobs))
+
+
+def enqueueing(jobs: Sequence[NewJob]) -> Enqueueing:
+    """(job id, inserted) of each job, in order, inserted over the caller's
+    connection in whatever transaction it is in: nothing here commits, rolls
+    back or changes autocommit.
 
     A job whose unique key another pending or running job of its queue holds
     inserts nothing and gets that job's id; so does a job whose key an
@@ -123,39 +148,37 @@ def enqueue_jobs(conn: psycopg2.extensions.connection,
         sent.append(job)
     found: dict[int, tuple[int, bool]] = {}
     waiting = list(range(len(sent)))
-    # The caller's connection may make dicts or named tuples of rows.
-    with conn.cursor(cursor_factory=psycopg2.extensions.cursor) as cur:
-        for _ in range(UNIQUE_KEY_TRIES):
-            skipped = []
-            for place, job_id in zip(waiting, _insert_jobs(cur, [sent[p] for p in waiting])):
-                if job_id is None:
-                    skipped.append(place)
-                else:
-                    found[place] = (job_id, True)
-            holders = _holders_of_keys(cur, [sent[p] for p in skipped]) if skipped else {}
-            waiting = []
-            for place in skipped:
-                holder = holders.get((sent[place].queue, sent[place].unique_key))
-                if holder is None:
-                    waiting.append(place)  # it finished in between and freed the key
-                else:
-                    found[place] = (holder, False)
-            if not waiting:
-                break
-        else:
-            job = sent[waiting[0]]
-            raise RuntimeError(f"unique key {job.unique_key!r} of queue {job.queue!r} kept"
-                               f" changing hands; try again")
+    for _ in range(UNIQUE_KEY_TRIES):
+        skipped = []
+        ids = yield from _insert_jobs([sent[p] for p in waiting])
+        for place, job_id in zip(waiting, ids):
+            if job_id is None:
+                skipped.append(place)
+            else:
+                found[place] = (job_id, True)
+        holders = (yield from _holders_of_keys([sent[p] for p in skipped])) if skipped else {}
+        waiting = []
+        for place in skipped:
+            holder = holders.get((sent[place].queue, sent[place].unique_key))
+            if holder is None:
+                waiting.append(place)  # it finished in between and freed the key
+            else:
+                found[place] = (holder, False)
+        if not waiting:
+            break
+    else:
+        job = sent[waiting[0]]
+        raise RuntimeError(f"unique key {job.unique_key!r} of queue {job.queue!r} kept"
+                           f" changing hands; try again")
     return [(found[place][0], found[place][1] and first) for place, first in places]
 
 
-def _insert_jobs(cur: psycopg2.extensions.cursor, jobs: Sequence[NewJob]) -> list[int | None]:
+def _insert_jobs(jobs: Sequence[NewJob]) -> Generator[Statement, Result, list[int | None]]:
     """The new id of each job, None for one whose unique key is held."""
-    cur.execute(text_of("enqueue_jobs"), {
+    rows = _INSERTED.of((yield Statement(text_of("enqueue_jobs"), {
         **{field: list(values) for field, values in zip(NewJob._fields, zip(*jobs))},
         # Enqueued inside a span: its runs join that trace.
-        "trace_context": tracing.current_trace_context()})
-    rows = _INSERTED.of(result_of(cur))
+        "trace_context": tracing.current_trace_context()})))
     # Sorted by id, so in the order the jobs were given (see enqueue_jobs in
     # queries.sql); a keyed row is found by its key, being the only one.
     keyed = {(row.queue, row.unique_key): row.id for row in rows if row.unique_key is not None}
@@ -164,8 +187,7 @@ def _insert_jobs(cur: psycopg2.extensions.cursor, jobs: Sequence[NewJob]) -> lis
             for job in jobs]
 
 
-def _holders_of_keys(cur: psycopg2.extensions.cursor,
-                     jobs: Sequence[NewJob]) -> dict[UniqueKey, int]:
-    cur.execute(text_of("jobs_holding_unique_keys"), {
+def _holders_of_keys(jobs: Sequence[NewJob]) -> Generator[Statement, Result, dict[UniqueKey, int]]:
+    result = yield Statement(text_of("jobs_holding_unique_keys"), {
         "queue": [job.queue for job in jobs], "unique_key": [job.unique_key for job in jobs]})
-    return {(row.queue, row.unique_key): row.id for row in _KEY_HOLDERS.of(result_of(cur))}
+    return {(row.queue, row.unique_key): row.id for row in _KEY_HOLDERS.of(result)}

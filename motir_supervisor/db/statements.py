@@ -79,16 +79,22 @@ PREPARED = frozenset(name for name, said in DECLARED.items() if said.prepared)
 _PARAMETER = re.compile(r"%\((\w+)\)s")
 
 
-def prepared_form(name: str) -> tuple[str, str]:
-    """The PREPARE of a named statement, and the EXECUTE that passes its
-    named parameters as $1, $2, ... in order of first use."""
+def numbered(text: str) -> tuple[str, list[str]]:
+    """``text`` with its named parameters as $1, $2, ... in order of first
+    use, and their names in that order."""
     names: list[str] = []
 
     def number(match: re.Match) -> str:
         if match[1] not in names:
             names.append(match[1])
         return f"${names.index(match[1]) + 1}"
-    body = _PARAMETER.sub(number, QUERIES[name]).rstrip().rstrip(";").replace("%%", "%")
+    return _PARAMETER.sub(number, text).replace("%%", "%"), names
+
+
+def prepared_form(name: str) -> tuple[str, str]:
+    """The PREPARE of a named statement, and the EXECUTE that passes its
+    named parameters as $1, $2, ... in order of first use."""
+    body, names = numbered(QUERIES[name].rstrip().rstrip(";"))
     arguments = ", ".join(f"%({n})s" for n in names)
     return (f"PREPARE motir_{name} AS {body}",
             f"EXECUTE motir_{name}" + (f" ({arguments})" if names else ""))

@@ -238,11 +238,11 @@ def test_a_holder_that_finishes_before_its_look_up_makes_the_job_go_in(conn, sql
     holder = sql.value("INSERT INTO job_queue (kind, unique_key) VALUES ('x', 'k') RETURNING id")
     look_up = enqueueing._holders_of_keys
 
-    def finish_then_look_up(cur, jobs):
+    def finish_then_look_up(jobs):
         # Another connection, between the insert that found the holder and
         # the look-up of its id.
         _finish_holders(sql)
-        return look_up(cur, jobs)
+        return look_up(jobs)
 
     monkeypatch.setattr(enqueueing, "_holders_of_keys", finish_then_look_up)
     [job_id] = enqueue_many(conn, [{"kind": "x", "unique_key": "k"}])
@@ -258,9 +258,9 @@ def test_a_key_that_keeps_changing_hands_is_given_up_on_and_the_transaction_stay
     look_up = enqueueing._holders_of_keys
     looks = []
 
-    def finish_look_up_then_take_the_key(cur, jobs):
+    def finish_look_up_then_take_the_key(jobs):
         _finish_holders(sql)
-        found = look_up(cur, jobs)
+        found = yield from look_up(jobs)
         sql.rows("INSERT INTO job_queue (kind, unique_key) VALUES ('x', 'k')")
         looks.append(found)
         return found
