@@ -15,7 +15,8 @@ command line and the dashboard run goes through here.
   transaction, on that transaction's connection.
 - :mod:`.statements` — the named SQL of ``sql/queries.sql`` and
   ``sql/dashboard.sql``, what each block declares, their prepared forms.
-- :mod:`.migrations` — the schema's migrations, and applying them.
+- :mod:`.migrations` — the schema's migrations, applying them, and what a
+  database has applied and has pending.
 - :mod:`.limits` — a kind's fleet-wide limits, and writing a registry's
   limits to the table every claim reads.
 - :mod:`.connections` — opening a connection, and naming a database URL
@@ -28,7 +29,8 @@ handles a signal or runs handler code.
 from .connections import connect, describe_dsn, one_line, scrub
 from .enqueueing import NewJob, UNIQUE_KEY_TRIES, encode_payload, enqueue_jobs
 from .limits import Limits
-from .migrations import Migration, load_migrations
+from .migrations import (Applied, Migration, load_migrations, pending_migrations,
+                         pending_sql)
 from .operations import Operations
 from .rows import (Cancel, ClaimedJob, JobState, Lease, Outcome, Result, Retry, Rows,
                    ScheduleSeen, Settled, generations_of)
@@ -38,10 +40,11 @@ from .store import ANY_QUEUE, CONNECTION_ERRORS, STATES, WAKEUP_CHANNEL, JobStor
 from .transactions import record_success_in_transaction, reset_session
 
 __all__ = [
-    "ANY_QUEUE", "CONNECTION_ERRORS", "Cancel", "ClaimedJob", "DECLARED", "Declared", "JobState",
-    "JobStore", "Lease", "Limits", "Migration", "NewJob", "Operations", "Outcome", "PREPARED",
-    "QUERIES", "Result", "Retry", "Rows", "STATES", "ScheduleSeen", "Session", "Settled",
-    "UNIQUE_KEY_TRIES", "WAKEUP_CHANNEL", "connect", "describe_dsn", "encode_payload",
-    "enqueue_jobs", "generations_of", "load_migrations", "one_line", "prepared_form",
-    "record_success_in_transaction", "reset_session", "scrub", "text_of",
+    "ANY_QUEUE", "Applied", "CONNECTION_ERRORS", "Cancel", "ClaimedJob", "DECLARED", "Declared",
+    "JobState", "JobStore", "Lease", "Limits", "Migration", "NewJob", "Operations", "Outcome",
+    "PREPARED", "QUERIES", "Result", "Retry", "Rows", "STATES", "ScheduleSeen", "Session",
+    "Settled", "UNIQUE_KEY_TRIES", "WAKEUP_CHANNEL", "connect", "describe_dsn", "encode_payload",
+    "enqueue_jobs", "generations_of", "load_migrations", "one_line", "pending_migrations",
+    "pending_sql", "prepared_form", "record_success_in_transaction", "reset_session", "scrub",
+    "text_of",
 ]
