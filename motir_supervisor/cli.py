@@ -111,7 +111,7 @@ def main(ctx: click.Context, log_level: str, log_format: str) -> None:
 @click.option("--retention-hours", envvar="MOTIR_RETENTION_HOURS", type=float, default=168.0,
               show_default=True, help="Delete succeeded/cancelled jobs older than this; 0 keeps.")
 @click.option("--metrics-port", envvar="MOTIR_METRICS_PORT", type=int, default=None,
-              help="Serve the fleet's Prometheus metrics on this port.")
+              help="Serve the fleet's Prometheus metrics, and its /healthz, on this port.")
 @click.option("--listen/--no-listen", envvar="MOTIR_LISTEN", default=True, show_default=True,
               help="--no-listen polls only (for PgBouncer in transaction mode).")
 @click.option("--max-jobs-per-worker", envvar="MOTIR_MAX_JOBS_PER_WORKER", type=int, default=0,
