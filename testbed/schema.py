@@ -33,8 +33,13 @@ HEADER = f"""\
 
 #: Lines that say how and by what the dump was taken, not what the schema is.
 _NOISE = re.compile(
-    r"^(\\restrict .*|\\unrestrict .*|-- Dumped (from|by) .*|SET .*;"
-    r"|SELECT pg_catalog\.set_config\(.*\);|-- PostgreSQL database dump( complete)?)$")
+    r"^(\\restrict .*|\\unrestrict .*|-- Dumped (from|by) .*"
+    r"|SET (statement_timeout|lock_timeout|idle_in_transaction_session_timeout"
+    r"|transaction_timeout|client_encoding|standard_conforming_strings|check_function_bodies"
+    r"|xmloption|client_min_messages|row_security|default_tablespace"
+    r"|default_table_access_method) = .*;"
+    r"|SELECT pg_catalog\.set_config\('search_path', '', false\);"
+    r"|-- PostgreSQL database dump( complete)?)$")
 
 
 def find_pg_dump() -> str:
