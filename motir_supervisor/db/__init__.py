@@ -40,11 +40,12 @@ from .store import ANY_QUEUE, CONNECTION_ERRORS, STATES, WAKEUP_CHANNEL, JobStor
 from .transactions import record_success_in_transaction, reset_session
 
 __all__ = [
-    "ANY_QUEUE", "Applied", "CONNECTION_ERRORS", "Cancel", "ClaimedJob", "DECLARED", "Declared",
-    "JobState", "JobStore", "Lease", "Limits", "Migration", "NewJob", "Operations", "Outcome",
-    "PREPARED", "QUERIES", "Result", "Retry", "Rows", "STATES", "ScheduleSeen", "Session",
-    "Settled", "UNIQUE_KEY_TRIES", "WAKEUP_CHANNEL", "connect", "describe_dsn", "encode_payload",
-    "enqueue_jobs", "generations_of", "load_migrations", "one_line", "pending_migrations",
-    "pending_sql", "prepared_form", "record_success_in_transaction", "reset_session", "scrub",
-    "text_of",
+    "ANY_QUEUE", "CONNECTION_ERRORS", "Cancel", "ClaimedJob", "DECLARED", "Declared", "JobState",
+    "JobStore", "Lease", "Limits", "Migration", "NewJob", "Operations", "Outcome", "PREPARED",
+    "QUERIES", "Result", "Retry", "Rows", "STATES", "ScheduleSeen", "Session", "Settled",
+    "UNIQUE_KEY_TRIES", "WAKEUP_CHANNEL", "connect", "describe_dsn", "encode_payload",
+    "enqueue_jobs", "generations_of", "load_migrations", "one_line", "prepared_form",
+    "record_success_in_transaction", "reset_session", "scrub", "text_of",
+    # What a database has applied and has pending (migrate --status, --sql).
+    "Applied", "pending_migrations", "pending_sql",
 ]
