@@ -111,7 +111,7 @@ def main(ctx: click.Context, log_level: str, log_format: str) -> None:
 @click.option("--retention-hours", envvar="MOTIR_RETENTION_HOURS", type=float, default=168.0,
               show_default=True, help="Delete succeeded/cancelled jobs older than this; 0 keeps.")
 @click.option("--metrics-port", envvar="MOTIR_METRICS_PORT", type=int, default=None,
-              help="Serve the fleet's Prometheus metrics on this port.")
+              help="Serve the fleet's Prometheus metrics, and its /healthz, on this port.")
 @click.option("--listen/--no-listen", envvar="MOTIR_LISTEN", default=True, show_default=True,
               help="--no-listen polls only (for PgBouncer in transaction mode).")
 @click.option("--max-jobs-per-worker", envvar="MOTIR_MAX_JOBS_PER_WORKER", type=int, default=0,
@@ -159,15 +159,49 @@ def _module_exists(module: str) -> bool:
 
 @main.command()
 @database_option
-def migrate(database_url: str | None) -> None:
+@click.option("--sql", "show_sql", is_flag=True,
+              help="Print the SQL of the pending migrations, in order, and run nothing.")
+@click.option("--status", "show_status", is_flag=True,
+              help="List the migrations applied (with when) and pending; run nothing.")
+def migrate(database_url: str | None, show_sql: bool, show_status: bool) -> None:
     """Create or upgrade the schema; running it again changes nothing."""
+    if show_sql and show_status:
+        raise click.UsageError("give --sql or --status, not both")
     with database(database_url, "migrate") as store:
-        applied = store.migrate()
-    if applied:
-        for migration in applied:
+        if show_sql or show_status:
+            applied = store.applied_migrations()
+            (_print_pending_sql if show_sql else _print_migration_status)(applied)
+            return
+        done = store.migrate()
+    if done:
+        for migration in done:
             click.echo(f"applied {migration.version:04d}_{migration.name}")
     else:
         click.echo("schema is up to date")
+
+
+def _print_pending_sql(applied: list[db.Applied] | None) -> None:
+    script = db.pending_sql(applied)
+    if script:
+        click.echo(script, nl=False)
+    else:
+        click.echo("-- schema is up to date: nothing would run", err=True)
+
+
+def _print_migration_status(applied: list[db.Applied] | None) -> None:
+    if applied is None:
+        click.echo("never migrated: no motir_schema_migrations table")
+    known = {m.version for m in db.load_migrations()}
+    for row in applied or ():
+        unknown = "" if row.version in known else "  (not in this release: a newer one applied it)"
+        when = row.applied_at.astimezone(datetime.timezone.utc)
+        click.echo(f"{row.version:04d}_{row.name:<28} applied {when:%Y-%m-%d %H:%M:%S} UTC"
+                   f"{unknown}")
+    pending = db.pending_migrations(applied)
+    for migration in pending:
+        click.echo(f"{migration.version:04d}_{migration.name:<28} pending")
+    click.echo(f"{len(pending)} pending: run motir-supervisor migrate (--sql shows what it runs)"
+               if pending else "schema is up to date")
 
 
 @main.command()

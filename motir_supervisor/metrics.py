@@ -12,7 +12,7 @@ parent never runs a server thread it could fork with.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 if TYPE_CHECKING:
     from .outcomes import Outcome
@@ -108,11 +108,29 @@ def record_drain(seconds: float) -> None:
         _fleet.drains.observe(seconds)
 
 
-def serve_forever(port: int) -> None:
-    """Serve the sum over every process of the fleet on ``port`` (blocks)."""
-    from prometheus_client import CollectorRegistry, multiprocess, start_http_server
+def serve_forever(port: int, healthz: Callable[[], tuple[bool, str]]) -> None:
+    """Serve on ``port`` (blocks): at ``/healthz`` the answer of ``healthz``
+    (healthy, why), 200 or 503; at every other path the sum over every
+    process of the fleet."""
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    from prometheus_client import CollectorRegistry, make_wsgi_app, multiprocess
+    from prometheus_client.exposition import ThreadingWSGIServer
 
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry)
-    server, thread = start_http_server(port, registry=registry)
-    thread.join()
+    fleet = make_wsgi_app(registry)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") == "/healthz":
+            healthy, why = healthz()
+            start_response("200 OK" if healthy else "503 Service Unavailable",
+                           [("Content-Type", "text/plain; charset=utf-8")])
+            return [why.encode() + b"\n"]
+        return fleet(environ, start_response)
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            """A probe every few seconds is no news."""
+
+    make_server("0.0.0.0", port, app, ThreadingWSGIServer, handler_class=Quiet).serve_forever()

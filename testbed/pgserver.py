@@ -19,6 +19,8 @@ import port_for
 import psycopg2
 from pytest_postgresql.executors import PostgreSQLExecutor
 
+from testbed.polling import wait_until
+
 WRAPPER = Path(__file__).with_name("pg_ctl_unprivileged.sh")
 #: Test servers trade durability for speed. pytest-postgresql starts every
 #: server with -F (fsync off); the benchmark overrides that with -c fsync=on.
@@ -67,7 +69,18 @@ class ThrowawayPostgres:
 
     def start(self) -> "ThrowawayPostgres":
         self.executor.start()
+        # The executor's wait can end while the server still refuses
+        # connections as "starting up" (seen on a loaded machine).
+        wait_until(self._accepts_connections, 30, interval=0.05,
+                   message="the throwaway PostgreSQL to accept connections")
         return self
+
+    def _accepts_connections(self) -> bool:
+        try:
+            psycopg2.connect(self.url("postgres")).close()
+        except psycopg2.OperationalError:
+            return False
+        return True
 
     def stop(self) -> None:
         try:

@@ -17,7 +17,8 @@ command line and the dashboard run goes through here.
   transaction, on that transaction's connection.
 - :mod:`.statements` — the named SQL of ``sql/queries.sql`` and
   ``sql/dashboard.sql``, what each block declares, their prepared forms.
-- :mod:`.migrations` — the schema's migrations, and applying them.
+- :mod:`.migrations` — the schema's migrations, applying them, and what a
+  database has applied and has pending.
 - :mod:`.limits` — a kind's fleet-wide limits, and writing a registry's
   limits to the table every claim reads.
 - :mod:`.connections` — opening a connection, and naming a database URL
@@ -32,7 +33,8 @@ from .drivers import AsyncConnection, Connection
 from .enqueueing import (NewJob, UNIQUE_KEY_TRIES, encode_payload, enqueue_jobs,
                          enqueue_jobs_async)
 from .limits import Limits
-from .migrations import Migration, load_migrations
+from .migrations import (Applied, Migration, load_migrations, pending_migrations,
+                         pending_sql)
 from .operations import Operations
 from .rows import (Cancel, ClaimedJob, JobState, Lease, Outcome, Result, Retry, Rows,
                    ScheduleSeen, Settled, generations_of)
@@ -49,4 +51,6 @@ __all__ = [
     "describe_dsn", "encode_payload", "enqueue_jobs", "enqueue_jobs_async", "generations_of",
     "load_migrations", "one_line", "prepared_form", "record_success_in_transaction",
     "reset_session", "scrub", "text_of",
+    # What a database has applied and has pending (migrate --status, --sql).
+    "Applied", "pending_migrations", "pending_sql",
 ]

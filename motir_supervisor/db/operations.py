@@ -17,7 +17,7 @@ import psycopg2.extensions
 from . import migrations
 from .enqueueing import NewJob, encode_payload, enqueue_jobs
 from .limits import Limits, read_limits, sync_limits
-from .migrations import Migration, load_migrations
+from .migrations import Applied, Migration, load_migrations
 from .rows import CANCELS, RETRIES, SCHEDULES, Cancel, Retry, ScheduleSeen
 from .session import Session
 
@@ -157,6 +157,10 @@ class Operations:
     def migrate(self) -> list[Migration]:
         """Apply the migrations not applied yet, each in its own transaction."""
         return migrations.migrate(self.session)
+
+    def applied_migrations(self) -> list[Applied] | None:
+        """What the database records as applied; None where never migrated."""
+        return migrations.applied_migrations(self.session)
 
     def schema_version(self) -> int:
         """The newest migration applied; 0 on a database never migrated."""

@@ -8,6 +8,8 @@ and holds no SQL: what it asks of the database (a dead worker's jobs, see
 through :mod:`..db`. Its periodic services (the reaper) run from one list
 while it is not draining (see :mod:`..maintenance.services`). Its own
 connection is closed before every fork, so no connection crosses one.
+Each pass reports its beat and its live workers for the probe of
+``/healthz`` (see :mod:`.health`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from ..maintenance import services
 from ..maintenance.reaper import Reaper
 from ..worker.process import Worker
 from .forking import describe_exit, fork_child, send_signal
+from .health import FleetHealth
 from .metrics_server import MetricsServer
 from .rescuer import Rescuer
 
@@ -90,7 +93,10 @@ class Supervisor:
         self.stopping = False
         self.stop_started = 0.0
         self.stop_deadline = float("inf")
-        self.metrics_server = MetricsServer(config.metrics_port, self._fork)
+        #: What /healthz answers from: the loop's beat and its live workers.
+        self.health = FleetHealth()
+        self.metrics_server = MetricsServer(config.metrics_port, self._fork, self.health,
+                                            config.database_url)
         self.boot_failed = False
         self.rescuer = Rescuer(self.store, config.database_url)
         self.crash_streak = 0
@@ -133,6 +139,7 @@ class Supervisor:
                 self.manage_workers()
                 self.metrics_server.keep_running()
                 services.run_due(self.services, time.monotonic())
+            self.health.report(len(self.children))
             self._title()
             flush_logs()
             self.sleep(self._next_wakeup())

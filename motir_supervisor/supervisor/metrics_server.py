@@ -1,7 +1,8 @@
 """The fleet's ``--metrics-port``: a process of the supervisor's own that
-serves the sum of every worker's metrics (see :mod:`..metrics`), started
-again when it dies. A process, not a thread, so that the supervisor never
-forks a worker while a server thread runs."""
+serves the sum of every worker's metrics (see :mod:`..metrics`) and the
+worker group's ``/healthz`` (see :mod:`.health`), started again when it
+dies. A process, not a thread, so that the supervisor never forks a worker
+while a server thread runs."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import setproctitle
 
 from .. import metrics
 from ..ipc.lifecycle import HANDLED_SIGNALS, set_parent_death_signal
+from . import health
 from .forking import describe_exit, send_signal
 
 log = logging.getLogger(__name__)
@@ -25,8 +27,12 @@ METRICS_RESTART_SECONDS = 5.0
 class MetricsServer:
     """Owned by the supervisor's loop (one thread)."""
 
-    def __init__(self, port: int | None, fork: Callable[[Callable[[], int]], int]):
+    def __init__(self, port: int | None, fork: Callable[[Callable[[], int]], int],
+                 fleet_health: health.FleetHealth, database_url: str):
         self.port = port
+        #: What the supervisor's loop reports, read at each probe of /healthz.
+        self.fleet_health = fleet_health
+        self.database_url = database_url
         #: The supervisor's fork, which closes what a child must not inherit.
         self._fork = fork
         #: Where every process writes its metrics; None until enabled.
@@ -73,5 +79,6 @@ class MetricsServer:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED_SIGNALS)
         set_parent_death_signal(signal.SIGTERM)
         setproctitle.setproctitle(f"motir-supervisor: metrics on :{self.port}")
-        metrics.serve_forever(self.port)
+        metrics.serve_forever(
+            self.port, lambda: health.check(self.fleet_health, self.database_url))
         return 0

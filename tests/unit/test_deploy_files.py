@@ -7,6 +7,7 @@ from click.testing import CliRunner
 
 from motir_supervisor import cli
 from motir_supervisor.supervisor.arbiter import EXIT_GRACE_SECONDS
+from motir_supervisor.supervisor.health import DATABASE_SECONDS
 from tests.helpers import ROOT
 
 FLY = tomllib.loads((ROOT / "fly.toml").read_text())
@@ -49,6 +50,16 @@ def test_migrations_run_on_release_and_metrics_come_from_the_workers():
     [scrape] = FLY["metrics"]
     assert scrape["processes"] == ["worker"]
     assert scrape["port"] == int(FLY["env"]["MOTIR_METRICS_PORT"])
+
+
+def test_the_worker_group_is_checked_on_its_supervisors_healthz():
+    [check] = FLY["checks"].values()
+    assert check["processes"] == ["worker"]
+    assert (check["type"], check["method"], check["path"]) == ("http", "GET", "/healthz")
+    # Served by the supervisor's metrics process, on the port the group is given.
+    assert check["port"] == int(FLY["env"]["MOTIR_METRICS_PORT"])
+    # A database that hangs must read as unhealthy, not as a probe timing out.
+    assert float(check["timeout"].removesuffix("s")) > DATABASE_SECONDS
 
 
 def test_procfile_names_the_same_processes():

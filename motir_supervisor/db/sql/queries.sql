@@ -1325,6 +1325,11 @@ CREATE TABLE IF NOT EXISTS motir_schema_migrations (
 -- applied_migrations --
 SELECT version FROM motir_schema_migrations ORDER BY version;
 
+-- migrations_applied --
+-- For migrate --status and --sql, which write nothing: it fails where the
+-- table was never created.
+SELECT version, name, applied_at FROM motir_schema_migrations ORDER BY version;
+
 -- schema_version --
 SELECT coalesce(max(version), 0) AS version FROM motir_schema_migrations;
 
