@@ -11,6 +11,8 @@ command line and the dashboard run goes through here.
 - :mod:`.rows` — the typed rows the statements return, read by column name.
 - :mod:`.enqueueing` — the insert every producer of this package shares,
   on a connection of the caller's.
+- :mod:`.jobs` — the jobs the Python API reads, and its cancel and retry,
+  on a connection of the caller's.
 - :mod:`.transactions` — the job's success written in its handler's own
   transaction, on that transaction's connection.
 - :mod:`.statements` — the named SQL of ``sql/queries.sql`` and
