@@ -12,6 +12,7 @@ import psycopg2.extensions
 import psycopg2.extras
 import pytest
 
+from motir_supervisor import db
 from motir_supervisor import (Enqueued, JobNotFound, JobRow, JobState, UniqueKeyHeld, cancel_job,
                               enqueue, enqueue_many, find_jobs, get_job, retry_job)
 from tests.helpers import state_of
@@ -292,3 +293,21 @@ def test_enqueue_many_flags_each_duplicate(conn, sql):
                               {"kind": "x"}])
     assert [int(i) for i in ids[:3]] == [held, ids[1], ids[1]]
     assert [i.duplicate for i in ids] == [True, False, True, False]
+
+
+def test_the_filters_left_out_and_the_order_not_asked_for_are_planned_away(sql):
+    sql.rows("INSERT INTO job_queue (kind, state, finished_at)"
+             " SELECT 'k' || (i % 10), 'succeeded', now() FROM generate_series(1, 20000) AS i")
+    sql.rows("ANALYZE job_queue")
+
+    def plan(**given):
+        params = {"ids": None, "kinds": None, "states": None, "queues": None, "limit": 10,
+                  "newest_first": True, **given}
+        return "\n".join(r[0] for r in sql.rows("EXPLAIN " + db.QUERIES["find_jobs"], params))
+
+    by_id = plan(ids=[5], limit=1)
+    assert "job_queue_pkey" in by_id and "Index Cond: (id = ANY" in by_id
+    for newest_first, scan in ((True, "Index Scan Backward using job_queue_pkey"),
+                               (False, "Index Scan using job_queue_pkey")):
+        walk = plan(kinds=["k3"], newest_first=newest_first)
+        assert scan in walk and "Sort" not in walk, walk
