@@ -117,10 +117,10 @@ def find_jobs(conn: psycopg2.extensions.connection, *,
     (by id, which follows the order they were enqueued in).
 
     A state that is not a :class:`JobState`, a ``limit`` below 1 or an
-    unknown ``order`` raises ValueError before anything is sent. A find by
-    kind, state or queue alone walks the jobs by id and keeps those that
-    match: quick while matches are common, a read of the whole table when
-    none is.
+    unknown ``order`` raises ValueError before anything is sent. A find
+    walks the jobs by id (or an index of their state) and keeps those that
+    match until it has ``limit``: quick while matches are common, as slow as
+    a read of the whole table when few or none match.
     """
     states = _several("state", state)
     if states is not None:
