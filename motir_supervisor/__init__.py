@@ -15,12 +15,19 @@ Producers enqueue inside their own transaction with :func:`enqueue` and
     from motir_supervisor import enqueue
 
     enqueue(conn, "send_email", {"to": "a@b.c"})  # conn: psycopg2, psycopg or SQLAlchemy
+
+and look at and steer jobs on their connection with :func:`get_job`,
+:func:`find_jobs`, :func:`cancel_job` and :func:`retry_job` (see jobs.py).
 """
 
-from .api import enqueue, enqueue_many
+from .api import Enqueued, enqueue, enqueue_many
 from .async_api import enqueue_async, enqueue_many_async
+from .jobs import (JobNotFound, JobRow, JobState, UniqueKeyHeld, cancel_job, find_jobs, get_job,
+                   retry_job)
 from .registry import Interrupted, Job, PermanentFailure, Snooze, job
 from .worker.transactions import ClaimLost
 
-__all__ = ["ClaimLost", "Interrupted", "Job", "PermanentFailure", "Snooze", "enqueue",
-           "enqueue_async", "enqueue_many", "enqueue_many_async", "job"]
+__all__ = ["ClaimLost", "Enqueued", "Interrupted", "Job", "JobNotFound", "JobRow", "JobState",
+           "PermanentFailure", "Snooze", "UniqueKeyHeld", "cancel_job", "enqueue",
+           "enqueue_async", "enqueue_many", "enqueue_many_async", "find_jobs", "get_job", "job",
+           "retry_job"]

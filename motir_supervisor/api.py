@@ -43,14 +43,35 @@ from typing import Any, Iterable, Mapping
 from . import db
 
 
+class Enqueued(int):
+    """The id of an enqueued job, which also says whether a unique key made
+    the enqueue a duplicate: ``duplicate`` is true when another pending or
+    running job of the queue held the key, nothing was inserted, and the id
+    is that job's.
+
+    An int, so that code written for ``enqueue(...) -> int`` keeps working
+    as it is (ids stored, compared, formatted, sent as query parameters), and
+    a caller that cares reads one attribute rather than calling another
+    function. Arithmetic on it gives a plain int.
+    """
+
+    duplicate: bool
+
+    def __new__(cls, job_id: int, duplicate: bool = False) -> Enqueued:
+        made = super().__new__(cls, job_id)
+        made.duplicate = duplicate
+        return made
+
+
 def enqueue(conn: db.Connection, kind: str, payload: Any = None, *,
             queue: str = "default", delay: float | None = None,
             run_at: datetime.datetime | None = None, priority: int = 0,
             unique_key: str | None = None, max_attempts: int | None = None,
-            concurrency_key: str | None = None) -> int:
+            concurrency_key: str | None = None) -> Enqueued:
     """Insert one job in ``conn``'s transaction and return its id; with a
     ``unique_key`` another pending or running job of ``queue`` holds, insert
-    nothing and return that job's id.
+    nothing and return that job's id, its ``duplicate`` true (see
+    :class:`Enqueued`).
 
     ``payload`` is stored as JSON (None as ``{}``). The job falls due
     ``delay`` seconds after this call, or at ``run_at`` (an aware datetime),
@@ -64,22 +85,24 @@ def enqueue(conn: db.Connection, kind: str, payload: Any = None, *,
     statement, and that aborts the transaction, like any failed statement:
     roll it back.
     """
-    return db.enqueue_jobs(conn, [_new_job(
+    [(job_id, inserted)] = db.enqueue_jobs(conn, [_new_job(
         kind, payload, queue=queue, delay=delay, run_at=run_at, priority=priority,
         unique_key=unique_key, max_attempts=max_attempts,
-        concurrency_key=concurrency_key)])[0][0]
+        concurrency_key=concurrency_key)])
+    return Enqueued(job_id, duplicate=not inserted)
 
 
-def enqueue_many(conn: db.Connection, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
+def enqueue_many(conn: db.Connection, jobs: Iterable[Mapping[str, Any]]) -> list[Enqueued]:
     """Insert many jobs in one statement, in ``conn``'s transaction; their ids
-    in the order given.
+    in the order given, each an :class:`Enqueued`.
 
     Each job is a dict of :func:`enqueue`'s arguments (``kind``, ``payload``,
     ``queue``, ...), with the same rules. A job whose unique key an earlier
     one of the same call has gets that one's id, as it would from two calls.
     A bad job raises before anything is sent, naming its place (``jobs[3]``).
     """
-    return [job_id for job_id, _ in db.enqueue_jobs(conn, _new_jobs(jobs))]
+    return [Enqueued(job_id, duplicate=not inserted)
+            for job_id, inserted in db.enqueue_jobs(conn, _new_jobs(jobs))]
 
 
 def _new_jobs(jobs: Iterable[Mapping[str, Any]]) -> list[db.NewJob]:

@@ -28,25 +28,29 @@ import datetime
 from typing import Any, Iterable, Mapping
 
 from . import db
-from .api import _new_job, _new_jobs
+from .api import Enqueued, _new_job, _new_jobs
 
 
 async def enqueue_async(conn: db.AsyncConnection, kind: str, payload: Any = None, *,
                         queue: str = "default", delay: float | None = None,
                         run_at: datetime.datetime | None = None, priority: int = 0,
                         unique_key: str | None = None, max_attempts: int | None = None,
-                        concurrency_key: str | None = None) -> int:
+                        concurrency_key: str | None = None) -> Enqueued:
     """:func:`api.enqueue` on an async connection: insert one job in
     ``conn``'s transaction and return its id, or the id of the pending or
-    running job of ``queue`` already holding ``unique_key``."""
-    return (await db.enqueue_jobs_async(conn, [_new_job(
+    running job of ``queue`` already holding ``unique_key`` (its
+    ``duplicate`` then true)."""
+    [(job_id, inserted)] = await db.enqueue_jobs_async(conn, [_new_job(
         kind, payload, queue=queue, delay=delay, run_at=run_at, priority=priority,
         unique_key=unique_key, max_attempts=max_attempts,
-        concurrency_key=concurrency_key)]))[0][0]
+        concurrency_key=concurrency_key)])
+    return Enqueued(job_id, duplicate=not inserted)
 
 
 async def enqueue_many_async(conn: db.AsyncConnection,
-                             jobs: Iterable[Mapping[str, Any]]) -> list[int]:
+                             jobs: Iterable[Mapping[str, Any]]) -> list[Enqueued]:
     """:func:`api.enqueue_many` on an async connection: many jobs in one
-    statement, in ``conn``'s transaction; their ids in the order given."""
-    return [job_id for job_id, _ in await db.enqueue_jobs_async(conn, _new_jobs(jobs))]
+    statement, in ``conn``'s transaction; their ids in the order given, each
+    an :class:`Enqueued`."""
+    return [Enqueued(job_id, duplicate=not inserted)
+            for job_id, inserted in await db.enqueue_jobs_async(conn, _new_jobs(jobs))]

@@ -10,6 +10,10 @@ up on it at the deadline). :func:`drain` claims a test database's due jobs
 with the real claims, runs them the same way and writes their outcomes as
 a worker does. Neither forks nor installs signal handlers: the run happens
 in the caller's thread. The pytest fixtures are in pytest_plugin.py.
+
+:func:`assert_enqueued`, :func:`refute_enqueued` and :func:`all_enqueued`
+check what a piece of code enqueued, in the test's transaction (they live in
+assertions.py).
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ import time
 from typing import Any, Callable, ContextManager, Sequence
 
 from . import db, outcomes, registry
+# What a piece of code enqueued, checked where users look for test helpers.
+from .assertions import (all_enqueued, assert_enqueued, payload_holds,  # noqa: F401
+                         refute_enqueued)
 from .config import Config
 from .outcomes import Outcome
 from .worker import running

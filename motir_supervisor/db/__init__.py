@@ -13,6 +13,8 @@ command line and the dashboard run goes through here.
   on a connection of the caller's.
 - :mod:`.drivers` — running the enqueue's statements on whichever driver
   made that connection: psycopg2, psycopg 3, SQLAlchemy, sync or async.
+- :mod:`.jobs` — the jobs the Python API reads, and its cancel and retry,
+  on a connection of the caller's.
 - :mod:`.transactions` — the job's success written in its handler's own
   transaction, on that transaction's connection.
 - :mod:`.statements` — the named SQL of ``sql/queries.sql`` and

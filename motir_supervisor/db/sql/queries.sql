@@ -1186,6 +1186,25 @@ SELECT l.kind, l.max_running, l.max_running_per_key, l.rate_limit, l.rate_second
 FROM job_queue_limits AS l
 ORDER BY l.kind;
 
+-- find_jobs --
+-- The jobs the Python API shows (db/jobs.py), filtered by id, kind, state
+-- and queue (a NULL array filters nothing), newest or oldest first. psycopg2
+-- sends the parameters as literals, so the planner folds away the filters
+-- left NULL and the order not asked for: a look-up by id reads the primary
+-- key, and a find walks it from the end it starts at. errors is read from
+-- the row's jsonb form: on a schema without that column the job reads as
+-- having none, rather than the statement failing.
+SELECT j.id, j.kind, j.queue, j.state, j.payload, j.priority, j.attempts, j.max_attempts,
+       j.run_at, j.created_at, j.started_at, j.finished_at, j.last_error, j.output,
+       to_jsonb(j) -> 'errors' AS errors, j.unique_key, j.concurrency_key, j.cancel_requested
+FROM job_queue AS j
+WHERE (%(ids)s::bigint[] IS NULL OR j.id = ANY (%(ids)s::bigint[]))
+  AND (%(kinds)s::text[] IS NULL OR j.kind = ANY (%(kinds)s::text[]))
+  AND (%(states)s::text[] IS NULL OR j.state = ANY (%(states)s::text[]))
+  AND (%(queues)s::text[] IS NULL OR j.queue = ANY (%(queues)s::text[]))
+ORDER BY CASE WHEN %(newest_first)s THEN j.id END DESC, j.id
+LIMIT %(limit)s;
+
 -- cancel_job --
 -- Pending or failed: cancelled now. Running: flagged, so that its worker
 -- stops it (see migrations/0002). Returns the state the job was in, so the
