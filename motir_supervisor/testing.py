@@ -20,7 +20,7 @@ import os
 import time
 from typing import Any, Callable, ContextManager, Sequence
 
-from . import db, outcomes, registry
+from . import db, outcomes, policy, registry
 from .config import Config
 from .outcomes import Outcome
 from .worker import running
@@ -78,9 +78,10 @@ class JobOutcome:
         return self.checkpoints[-1] if self.checkpoints else None
 
 
-def run_job(kind: str, payload: Any = None, *, attempt: int = 1, max_attempts: int = 5,
-            checkpoint_data: Any = None, stopping: bool = False, job_id: int = 1,
-            queue: str = "default", retry_base_seconds: float = RETRY_BASE_SECONDS,
+def run_job(kind: str, payload: Any = None, *, attempt: int = 1,
+            max_attempts: int | None = None, checkpoint_data: Any = None, stopping: bool = False,
+            job_id: int = 1, queue: str | None = None,
+            retry_base_seconds: float = RETRY_BASE_SECONDS,
             retry_max_seconds: float = RETRY_MAX_SECONDS,
             save_checkpoint: Callable[[Any], bool] | None = None,
             transaction: Callable[[], ContextManager[Any]] | None = None) -> JobOutcome:
@@ -90,12 +91,21 @@ def run_job(kind: str, payload: Any = None, *, attempt: int = 1, max_attempts: i
     that then saves a checkpoint and raises Interrupted is INTERRUPTED.
     Checkpoints are kept in memory (``save_checkpoint``, which drain passes,
     also writes them elsewhere). An ``async def`` handler runs in asyncio.run.
+    ``max_attempts`` and ``queue`` None are the kind's policy's (else 25
+    attempts, the default queue), as for a row that leaves them unset; the
+    retry delay is the kind's, or the fleet's from ``retry_base_seconds``
+    and ``retry_max_seconds``.
     """
     registration = registry.registration_for(kind)
     if registration is None:
         known = ", ".join(registry.registered_kinds()) or "none"
         raise UnknownKind(f"no handler registered for job kind {kind!r} (registered: {known});"
                           " import the module that registers it")
+    kind_policy = registration.policy
+    if max_attempts is None:
+        max_attempts = kind_policy.max_attempts or policy.DEFAULT_MAX_ATTEMPTS
+    if queue is None:
+        queue = kind_policy.queue or "default"
     # The handle holds the payload itself: the claim's JSON text is not read.
     run = Run(db.ClaimedJob(job_id, queue, kind, "", attempt, max_attempts, checkpoint_data),
               _CLAIM, -1, registration)

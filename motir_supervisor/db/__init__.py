@@ -18,6 +18,9 @@ command line and the dashboard run goes through here.
 - :mod:`.migrations` — the schema's migrations, and applying them.
 - :mod:`.limits` — a kind's fleet-wide limits, and writing a registry's
   limits to the table every claim reads.
+- :mod:`.kinds` — a kind's policy (attempts, retry delays, queue,
+  priority), and writing a registry's policies to the table the insert
+  trigger reads.
 - :mod:`.connections` — opening a connection, and naming a database URL
   without its password.
 
@@ -27,6 +30,7 @@ handles a signal or runs handler code.
 
 from .connections import connect, describe_dsn, one_line, scrub
 from .enqueueing import NewJob, UNIQUE_KEY_TRIES, encode_payload, enqueue_jobs
+from .kinds import KindPolicy
 from .limits import Limits
 from .migrations import Migration, load_migrations
 from .operations import Operations
@@ -39,8 +43,9 @@ from .transactions import record_success_in_transaction, reset_session
 
 __all__ = [
     "ANY_QUEUE", "CONNECTION_ERRORS", "Cancel", "ClaimedJob", "DECLARED", "Declared", "JobState",
-    "JobStore", "Lease", "Limits", "Migration", "NewJob", "Operations", "Outcome", "PREPARED",
-    "QUERIES", "Result", "Retry", "Rows", "STATES", "ScheduleSeen", "Session", "Settled",
+    "JobStore", "KindPolicy", "Lease", "Limits", "Migration", "NewJob", "Operations", "Outcome",
+    "PREPARED", "QUERIES", "Result", "Retry", "Rows", "STATES", "ScheduleSeen", "Session",
+    "Settled",
     "UNIQUE_KEY_TRIES", "WAKEUP_CHANNEL", "connect", "describe_dsn", "encode_payload",
     "enqueue_jobs", "generations_of", "load_migrations", "one_line", "prepared_form",
     "record_success_in_transaction", "reset_session", "scrub", "text_of",

@@ -954,10 +954,14 @@ RETURNING id;
 -- fail_claims_of_dead -- after: read_committed
 -- The claimant died running these jobs (killed, out of memory, crashed,
 -- timed out). The attempt counts, so a job that kills its worker every time
--- runs out of attempts instead of crash-looping the fleet.
+-- runs out of attempts instead of crash-looping the fleet, and it waits its
+-- kind's retry delay (migrations/0016), so that it does not take down one
+-- worker after another in a quick loop meanwhile.
 UPDATE job_queue
 SET state = CASE WHEN cancel_requested THEN 'cancelled'
                  WHEN attempts >= max_attempts THEN 'failed' ELSE 'pending' END,
+    run_at = CASE WHEN cancel_requested OR attempts >= max_attempts THEN run_at
+                  ELSE now() + job_queue_retry_delay(kind, attempts) END,
     finished_at = CASE WHEN cancel_requested OR attempts >= max_attempts THEN now() END,
     last_error = %(error)s,
     locked_by = NULL,
@@ -981,7 +985,8 @@ WHERE id = ANY(%(ids)s::bigint[]);
 -- is taken in the order of job_queue_running (migrations/0012), which holds
 -- the leases: the scan stops at the limit, where an order by lease alone
 -- would read and sort every expired row for each batch, over and over once
--- a whole fleet's leases have lapsed.
+-- a whole fleet's leases have lapsed. A retry waits its kind's delay, as
+-- after a dead worker (see fail_claims_of_dead).
 WITH stale AS MATERIALIZED (
     SELECT id
     FROM job_queue
@@ -996,6 +1001,8 @@ SET state = CASE WHEN j.cancel_requested THEN 'cancelled'
                  WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
     finished_at = CASE WHEN j.cancel_requested OR j.attempts >= j.max_attempts
                        THEN now() END,
+    run_at = CASE WHEN j.cancel_requested OR j.attempts >= j.max_attempts THEN j.run_at
+                  ELSE now() + job_queue_retry_delay(j.kind, j.attempts) END,
     last_error = 'lease of ' || j.locked_by || ' expired at ' || j.lease_expires_at::text,
     locked_by = NULL,
     lease_expires_at = NULL
@@ -1017,7 +1024,9 @@ RETURNING j.id, j.state;
 --
 -- An INSERT ... SELECT cannot say DEFAULT for some of its rows only, so a
 -- job without max_attempts gets the column's default as the catalog holds
--- it: the schema stays the one home of that number.
+-- it, as a plain INSERT that leaves the column out would: none, and the
+-- kind's policy fills it (migrations/0016), as it fills a job's queue and
+-- priority left NULL.
 --
 -- The rows draw their ids in the order given (an INSERT ... SELECT ...
 -- ORDER BY draws identity values in that order: SQLAlchemy's bulk inserts
@@ -1049,6 +1058,14 @@ WITH inserted AS (
     RETURNING id, queue, unique_key
 )
 SELECT id, queue, unique_key FROM inserted ORDER BY id;
+
+-- queues_of_kinds --
+-- The queue a job of each kind lands in when its producer names none, as
+-- job_queue_kind_defaults (migrations/0016) fills it in: enqueue_jobs looks
+-- it up for a job with a unique key, which is unique within its queue.
+SELECT k.kind, coalesce(p.queue, 'default') AS queue
+FROM unnest(%(kinds)s::text[]) AS k(kind)
+LEFT JOIN job_queue_kinds AS p ON p.kind = k.kind;
 
 -- jobs_holding_unique_keys --
 -- The pending or running job holding each (queue, unique key), for the jobs
@@ -1094,6 +1111,29 @@ SELECT kind, spec, last_instant FROM job_queue_schedules ORDER BY kind;
 SELECT kind, max_running, max_running_per_key, rate_limit, rate_seconds
 FROM job_queue_limits
 ORDER BY kind;
+
+-- kind_policies --
+SELECT kind, max_attempts, queue, priority, retry_delays, retry_jitter
+FROM job_queue_kinds
+ORDER BY kind;
+
+-- set_kind_policy --
+-- Workers write their registry's policies when they start (db.JobStore.
+-- sync_kind_policies): a row changes only when the policy does.
+INSERT INTO job_queue_kinds AS k (kind, max_attempts, queue, priority, retry_delays,
+                                  retry_jitter)
+VALUES (%(kind)s, %(max_attempts)s, %(queue)s, %(priority)s, %(retry_delays)s::float8[],
+        %(retry_jitter)s)
+ON CONFLICT (kind) DO UPDATE
+    SET max_attempts = excluded.max_attempts, queue = excluded.queue,
+        priority = excluded.priority, retry_delays = excluded.retry_delays,
+        retry_jitter = excluded.retry_jitter, updated_at = now()
+    WHERE (k.max_attempts, k.queue, k.priority, k.retry_delays, k.retry_jitter)
+          IS DISTINCT FROM (excluded.max_attempts, excluded.queue, excluded.priority,
+                            excluded.retry_delays, excluded.retry_jitter);
+
+-- drop_kind_policy --
+DELETE FROM job_queue_kinds WHERE kind = %(kind)s;
 
 -- lock_limits_sync --
 -- Workers of every supervisor write the limits of their registry when they
