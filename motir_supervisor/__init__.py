@@ -17,8 +17,9 @@ Producers enqueue inside their own transaction with :func:`enqueue` and
 """
 
 from .api import enqueue, enqueue_many
+from .policy import Retry
 from .registry import Interrupted, Job, PermanentFailure, Snooze, job
 from .worker.transactions import ClaimLost
 
-__all__ = ["ClaimLost", "Interrupted", "Job", "PermanentFailure", "Snooze", "enqueue",
+__all__ = ["ClaimLost", "Interrupted", "Job", "PermanentFailure", "Retry", "Snooze", "enqueue",
            "enqueue_many", "job"]

@@ -1022,11 +1022,14 @@ RETURNING j.id, j.state;
 -- its transaction, as with any unique index: it conflicts once the holder
 -- commits, and inserts if the holder rolls back.
 --
--- An INSERT ... SELECT cannot say DEFAULT for some of its rows only, so a
--- job without max_attempts gets the column's default as the catalog holds
--- it, as a plain INSERT that leaves the column out would: none, and the
--- kind's policy fills it (migrations/0016), as it fills a job's queue and
--- priority left NULL.
+-- What a job leaves NULL (max_attempts, queue, priority) is its kind's
+-- policy, as for a plain INSERT that leaves it out (migrations/0016). The
+-- statement reads job_queue_kinds once, in one join, so that the insert
+-- trigger, which looks the kind up row by row, is not called for a kind
+-- the workers wrote; it fills in the fleet's defaults for any other. An
+-- INSERT ... SELECT cannot say DEFAULT for some of its rows only, so a job
+-- without max_attempts gets the column's default as the catalog holds it
+-- first, as a plain INSERT would: none, unless an operator set one.
 --
 -- The rows draw their ids in the order given (an INSERT ... SELECT ...
 -- ORDER BY draws identity values in that order: SQLAlchemy's bulk inserts
@@ -1037,14 +1040,15 @@ RETURNING j.id, j.state;
 WITH inserted AS (
     INSERT INTO job_queue (kind, payload, queue, run_at, priority, unique_key, max_attempts,
                            concurrency_key, trace_context)
-    SELECT j.kind, j.payload, j.queue,
+    SELECT j.kind, j.payload, coalesce(j.queue, k.queue),
            coalesce(j.run_at, statement_timestamp() + make_interval(secs => j.delay_seconds)),
-           j.priority, j.unique_key,
+           coalesce(j.priority, k.priority), j.unique_key,
            coalesce(j.max_attempts,
                     (SELECT pg_get_expr(d.adbin, d.adrelid)::integer
                      FROM pg_attrdef AS d
                      JOIN pg_attribute AS a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
-                     WHERE d.adrelid = 'job_queue'::regclass AND a.attname = 'max_attempts')),
+                     WHERE d.adrelid = 'job_queue'::regclass AND a.attname = 'max_attempts'),
+                    k.max_attempts),
            j.concurrency_key, %(trace_context)s::jsonb
     FROM unnest(%(kind)s::text[], %(payload)s::jsonb[], %(queue)s::text[],
                 %(run_at)s::timestamptz[], %(delay_seconds)s::float8[],
@@ -1052,6 +1056,7 @@ WITH inserted AS (
                 %(concurrency_key)s::text[])
          WITH ORDINALITY AS j(kind, payload, queue, run_at, delay_seconds, priority, unique_key,
                               max_attempts, concurrency_key, position)
+    LEFT JOIN job_queue_kinds AS k ON k.kind = j.kind
     ORDER BY j.position
     ON CONFLICT (queue, unique_key)
         WHERE unique_key IS NOT NULL AND state IN ('pending', 'running') DO NOTHING
