@@ -4,7 +4,7 @@ between them, and which failures are not worth another attempt.
 ``@job("charge", max_attempts=10, retry=Retry(base=30, cap=3600),
 no_retry_for=(ValueError,))`` gives a kind its policy (see registry.job);
 a kind without one follows the fleet's: DEFAULT_MAX_ATTEMPTS attempts and
-the supervisor's ``--retry-base-seconds`` and ``--retry-max-seconds``.
+the supervisor's ``--retry-base-seconds`` doubling up to an hour.
 
 Pure values: no SQL, no registry. The workers write each kind's policy to
 job_queue_kinds (see maintenance/policies.py), where a row inserted without

@@ -176,7 +176,8 @@ def drain(database: str | db.JobStore, *, queues: Sequence[str] | None = None,
     its attempt spent, due after the retry delay. That delay is the
     worker's by default, so a retry stays pending; with
     ``retry_base_seconds=0`` it is due at once and drained again. Jobs
-    whose run_at is in the future are left pending. Stops after
+    whose run_at is in the future are left pending. The registered kinds'
+    policies are written first (see write_policies). Stops after
     ``max_jobs`` runs (a job that snoozes 0 s forever). Returns the runs'
     outcomes in the order they ran.
     """
@@ -184,6 +185,7 @@ def drain(database: str | db.JobStore, *, queues: Sequence[str] | None = None,
     transactions = Transactions(store.dsn, CLAIMANT, "motir-testing", store.timeout_seconds)
     ran: list[JobOutcome] = []
     try:
+        write_policies(store, retry_base_seconds, retry_max_seconds)
         while len(ran) < max_jobs:
             room = max_jobs - len(ran)
             claimed, _ = store.claim_due_jobs(CLAIMANT, room, LEASE_SECONDS, queues)
@@ -212,6 +214,22 @@ def drain(database: str | db.JobStore, *, queues: Sequence[str] | None = None,
         if store is not database:
             store.close()
     return ran
+
+
+def write_policies(database: str | db.JobStore, retry_base_seconds: float = RETRY_BASE_SECONDS,
+                   retry_max_seconds: float = RETRY_MAX_SECONDS) -> None:
+    """Write the registered kinds' policies to a test database, as a
+    worker does when it starts: a row inserted after it without
+    max_attempts, queue or priority gets its kind's. drain does it first."""
+    from .maintenance.policies import kind_policy
+    store = db.JobStore(database) if isinstance(database, str) else database
+    try:
+        fleet = policy.Retry(retry_base_seconds, max(retry_max_seconds, retry_base_seconds))
+        store.sync_kind_policies({kind: kind_policy(p, fleet)
+                                  for kind, p in registry.policies_of_kinds().items()})
+    finally:
+        if store is not database:
+            store.close()
 
 
 def _run_claimed(store: db.JobStore, transactions: Transactions, job: db.ClaimedJob,

@@ -5,7 +5,7 @@ worker died or whose lease lapsed waits its kind's delay."""
 import psycopg2
 import pytest
 
-from motir_supervisor import db, enqueue, enqueue_many
+from motir_supervisor import db, enqueue, enqueue_many, testing
 from motir_supervisor.maintenance.policies import kind_policy
 from motir_supervisor.policy import DEFAULT_MAX_ATTEMPTS, Policy, Retry
 
@@ -134,3 +134,17 @@ def test_writing_policies_changes_only_what_differs(store):
     assert _write(store, charge=CHARGE, plain=Policy()) == []
     assert store.sync_kind_policies({"plain": None}) == ["plain: none"]
     assert set(store.kind_policies()) == {"charge"}
+
+
+def test_drain_runs_a_row_inserted_after_the_policies_were_written_by_its_kind(store, sql):
+    from tests.apps import handlers_under_test  # noqa: F401 - registers helper_flaky
+
+    before, _ = store.enqueue("helper_flaky", {"succeed_on_attempt": 99})
+    testing.write_policies(store)
+    after, _ = store.enqueue("helper_flaky", {"succeed_on_attempt": 99})
+    # helper_flaky allows 5 attempts; the row inserted before its policy was
+    # written took the fleet's 25.
+    assert [_row(sql, job_id)[0] for job_id in (before, after)] == [DEFAULT_MAX_ATTEMPTS, 5]
+    ran = testing.drain(store, retry_base_seconds=0, max_jobs=60)
+    assert [o.outcome for o in ran if o.job_id == after] == ["retry"] * 4 + ["failed"]
+    assert len([o for o in ran if o.job_id == before]) == DEFAULT_MAX_ATTEMPTS
