@@ -12,18 +12,20 @@ from __future__ import annotations
 import logging
 
 from .. import db, registry
-from ..policy import Policy, Retry
+from ..policy import DEFAULT_MAX_ATTEMPTS, Policy, Retry
 from .services import Service
 
 log = logging.getLogger(__name__)
 
 
 def kind_policy(policy: Policy, fleet: Retry) -> db.KindPolicy:
-    """What job_queue_kinds keeps of a kind's policy, with ``fleet``'s
-    delays for a kind without its own."""
+    """What job_queue_kinds keeps of a kind's policy: the fleet's values
+    where it gives none (``fleet``'s delays), so that every column of a
+    registered kind's row is set and an enqueue from Python, which reads
+    the row, leaves nothing to the insert trigger (see enqueue_jobs)."""
     delays, jitter = policy.delays_written(fleet)
-    return db.KindPolicy(policy.max_attempts, policy.queue, policy.priority, tuple(delays),
-                         jitter)
+    return db.KindPolicy(policy.max_attempts or DEFAULT_MAX_ATTEMPTS, policy.queue or "default",
+                         0 if policy.priority is None else policy.priority, tuple(delays), jitter)
 
 
 class PoliciesSync(Service):

@@ -130,7 +130,7 @@ def test_a_retry_function_s_delays_are_written_for_the_rescuer(store, sql):
 def test_writing_policies_changes_only_what_differs(store):
     assert _write(store, charge=CHARGE, plain=Policy()) == [
         "charge: max_attempts 3, queue billing, priority -2, retry delays 40, 80, 80s",
-        "plain: retry delays 5, 10, 20, 40, ...s"]
+        "plain: max_attempts 25, queue default, priority 0, retry delays 5, 10, 20, 40, ...s"]
     assert _write(store, charge=CHARGE, plain=Policy()) == []
     assert store.sync_kind_policies({"plain": None}) == ["plain: none"]
     assert set(store.kind_policies()) == {"charge"}

@@ -4,8 +4,9 @@
 --
 -- Workers write a row for each kind of their registry when they start
 -- (see set_kind_policy in queries.sql): what its policy says, and the
--- fleet's retry delays (the supervisor's options) where it says none. Any
--- client may read them. A kind without a row follows the fleet's policy.
+-- fleet's values (its retry delays the supervisor's options) where it says
+-- none. Any client may read them. A kind without a row, or a column left
+-- NULL, follows the fleet's policy.
 CREATE TABLE job_queue_kinds (
     kind         text PRIMARY KEY,
     max_attempts integer CHECK (max_attempts >= 1),
