@@ -205,11 +205,6 @@ def policies_of_kinds() -> dict[str, policies.Policy]:
     return {kind: r.policy for kind, r in sorted(_registry.items())}
 
 
-def policy_of(kind: str) -> policies.Policy:
-    registration = _registry.get(kind)
-    return policies.FLEET if registration is None else registration.policy
-
-
 def scheduled() -> list[Registration]:
     """The registered kinds that have a schedule."""
     return [r for _, r in sorted(_registry.items()) if r.schedule is not None]
