@@ -124,7 +124,7 @@ def retry_delay(attempt: int, base: float, cap: float) -> float:
     with the fleet's backoff: exponential, capped, with jitter over the
     upper half, so jobs that failed together (an outage) do not all come
     back in the same instant (see policy.Retry)."""
-    return policy.Retry(base, cap).delay(attempt)
+    return policy.Retry(base, max(cap, base)).delay(attempt)
 
 
 def decide(error: BaseException | None, attempt: int, max_attempts: int, stopping: bool,
@@ -140,7 +140,7 @@ def decide(error: BaseException | None, attempt: int, max_attempts: int, stoppin
         return SUCCESS
     try:
         return _decide(error, attempt, max_attempts, stopping, kind_policy,
-                       policy.Retry(retry_base, retry_cap))
+                       policy.Retry(retry_base, max(retry_cap, retry_base)))
     except BaseException as broken:  # noqa: BLE001 - a handler's object, whatever it does
         # Whatever the exception does when it is read, it fails its own run:
         # a decision that raised would end the thread deciding it.
