@@ -24,10 +24,11 @@ from .api import Enqueued, enqueue, enqueue_many
 from .async_api import enqueue_async, enqueue_many_async
 from .jobs import (JobNotFound, JobRow, JobState, UniqueKeyHeld, cancel_job, find_jobs, get_job,
                    retry_job)
+from .policy import Retry
 from .registry import Interrupted, Job, PermanentFailure, Snooze, job
 from .worker.transactions import ClaimLost
 
 __all__ = ["ClaimLost", "Enqueued", "Interrupted", "Job", "JobNotFound", "JobRow", "JobState",
-           "PermanentFailure", "Snooze", "UniqueKeyHeld", "cancel_job", "enqueue",
+           "PermanentFailure", "Retry", "Snooze", "UniqueKeyHeld", "cancel_job", "enqueue",
            "enqueue_async", "enqueue_many", "enqueue_many_async", "find_jobs", "get_job", "job",
            "retry_job"]

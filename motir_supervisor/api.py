@@ -63,9 +63,21 @@ class Enqueued(int):
         return made
 
 
+class _KindsQueue(str):
+    """The default of ``queue``: the queue the kind's policy names, else
+    'default'. A str, so that an explicit None stays a TypeError."""
+
+    def __repr__(self) -> str:
+        return "<the kind's queue>"
+
+
+#: ``queue``'s default (see _KindsQueue).
+KINDS_QUEUE: str = _KindsQueue()
+
+
 def enqueue(conn: db.Connection, kind: str, payload: Any = None, *,
-            queue: str = "default", delay: float | None = None,
-            run_at: datetime.datetime | None = None, priority: int = 0,
+            queue: str = KINDS_QUEUE, delay: float | None = None,
+            run_at: datetime.datetime | None = None, priority: int | None = None,
             unique_key: str | None = None, max_attempts: int | None = None,
             concurrency_key: str | None = None) -> Enqueued:
     """Insert one job in ``conn``'s transaction and return its id; with a
@@ -76,7 +88,9 @@ def enqueue(conn: db.Connection, kind: str, payload: Any = None, *,
     ``payload`` is stored as JSON (None as ``{}``). The job falls due
     ``delay`` seconds after this call, or at ``run_at`` (an aware datetime),
     or at once; ``delay`` and ``run_at`` together are a ValueError.
-    ``max_attempts`` None leaves the schema's default. ``concurrency_key``
+    ``queue`` left out, ``priority`` and ``max_attempts`` None follow the kind's
+    policy (``@job``'s, as the workers wrote it to the database), else the
+    fleet's: the default queue, priority 0, 25 attempts. ``concurrency_key``
     (a non-empty str) is what the kind's ``max_running_per_key`` counts by.
 
     A bad argument raises TypeError or ValueError before anything is sent, so
@@ -124,16 +138,16 @@ def _new_jobs(jobs: Iterable[Mapping[str, Any]]) -> list[db.NewJob]:
     return new_jobs
 
 
-def _new_job(kind: str, payload: Any = None, *, queue: str = "default",
+def _new_job(kind: str, payload: Any = None, *, queue: str = KINDS_QUEUE,
              delay: float | None = None, run_at: datetime.datetime | None = None,
-             priority: int = 0, unique_key: str | None = None,
+             priority: int | None = None, unique_key: str | None = None,
              max_attempts: int | None = None, concurrency_key: str | None = None) -> db.NewJob:
     # What the schema would refuse only after aborting the transaction.
     for name, value, types, what in (
             ("kind", kind, str, "a str"), ("queue", queue, str, "a str"),
             ("unique_key", unique_key, (str, type(None)), "a str or None"),
             ("concurrency_key", concurrency_key, (str, type(None)), "a str or None"),
-            ("priority", priority, int, "an int"),
+            ("priority", priority, (int, type(None)), "an int or None"),
             ("max_attempts", max_attempts, (int, type(None)), "an int or None")):
         if not isinstance(value, types) or isinstance(value, bool):
             raise TypeError(f"{name} must be {what}, not {value!r}")
@@ -153,7 +167,8 @@ def _new_job(kind: str, payload: Any = None, *, queue: str = "default",
             raise TypeError(f"delay must be a number of seconds, not {delay!r}")
         if not (math.isfinite(delay) and delay >= 0):
             raise ValueError(f"delay must be a finite number of seconds >= 0, not {delay!r}")
-    return db.NewJob(kind, db.encode_payload(payload), queue, run_at,
+    return db.NewJob(kind, db.encode_payload(payload), None if queue is KINDS_QUEUE else queue,
+                     run_at,
                      0.0 if delay is None else float(delay), priority, unique_key, max_attempts,
                      concurrency_key)
 

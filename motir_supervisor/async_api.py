@@ -28,12 +28,12 @@ import datetime
 from typing import Any, Iterable, Mapping
 
 from . import db
-from .api import Enqueued, _new_job, _new_jobs
+from .api import KINDS_QUEUE, Enqueued, _new_job, _new_jobs
 
 
 async def enqueue_async(conn: db.AsyncConnection, kind: str, payload: Any = None, *,
-                        queue: str = "default", delay: float | None = None,
-                        run_at: datetime.datetime | None = None, priority: int = 0,
+                        queue: str = KINDS_QUEUE, delay: float | None = None,
+                        run_at: datetime.datetime | None = None, priority: int | None = None,
                         unique_key: str | None = None, max_attempts: int | None = None,
                         concurrency_key: str | None = None) -> Enqueued:
     """:func:`api.enqueue` on an async connection: insert one job in

@@ -210,18 +210,19 @@ def _print_migration_status(applied: list[db.Applied] | None) -> None:
 @click.option("--payload", default="{}", help="JSON input of the handler.")
 @click.option("--delay", type=click.FloatRange(min=0), default=0.0,
               help="Seconds before the job is due.")
-@click.option("--queue", default="default", show_default=True)
+@click.option("--queue", default=None,
+              help="Its queue (default: its kind's, else 'default').")
 @click.option("--max-attempts", type=click.IntRange(min=1), default=None,
-              help="Runs before the job ends failed (default: the schema's).")
-@click.option("--priority", type=click.IntRange(-32768, 32767), default=0, show_default=True,
-              help="Smaller runs first among due jobs.")
+              help="Runs before the job ends failed (default: its kind's, else 25).")
+@click.option("--priority", type=click.IntRange(-32768, 32767), default=None,
+              help="Smaller runs first among due jobs (default: its kind's, else 0).")
 @click.option("--unique-key", default=None,
               help="At most one pending or running job of the queue has this key.")
 @click.option("--concurrency-key", default=None,
               help="What the kind's max_running_per_key counts by.")
-def enqueue(database_url: str | None, kind: str, payload: str, delay: float, queue: str,
-            max_attempts: int | None, priority: int, unique_key: str | None,
-            concurrency_key: str | None) -> None:
+def enqueue(database_url: str | None, kind: str, payload: str, delay: float,
+            queue: str | None, max_attempts: int | None, priority: int | None,
+            unique_key: str | None, concurrency_key: str | None) -> None:
     """Insert one job and print its id (or the id of the job holding --unique-key)."""
     try:
         decoded = json.loads(payload)
@@ -241,7 +242,7 @@ def enqueue(database_url: str | None, kind: str, payload: str, delay: float, que
     click.echo(job_id)
     if not inserted:
         click.echo(f"job {job_id} is already pending or running with unique key"
-                   f" {unique_key!r} in queue {queue!r}; nothing was inserted", err=True)
+                   f" {unique_key!r} in its queue; nothing was inserted", err=True)
 
 
 @main.command()

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import re
 import traceback
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from . import registry
+from . import policy, registry
 from .ipc import ledger
 from .logs import LINES
 
@@ -121,24 +120,27 @@ def output_json(value: Any) -> tuple[str | None, str]:
 
 
 def retry_delay(attempt: int, base: float, cap: float) -> float:
-    """Seconds before retrying after failed attempt ``attempt`` (1-based).
-
-    Exponential, capped, with jitter over the upper half, so jobs that failed
-    together (an outage) do not all come back in the same instant.
-    """
-    delay = min(cap, base * 2 ** min(max(attempt - 1, 0), 32))
-    return delay / 2 + random.uniform(0, delay / 2)
+    """Seconds before retrying after failed attempt ``attempt`` (1-based),
+    with the fleet's backoff: exponential, capped, with jitter over the
+    upper half, so jobs that failed together (an outage) do not all come
+    back in the same instant (see policy.Retry)."""
+    return policy.Retry(base, max(cap, base)).delay(attempt)
 
 
 def decide(error: BaseException | None, attempt: int, max_attempts: int, stopping: bool,
-           retry_base: float, retry_cap: float) -> Decision:
+           retry_base: float, retry_cap: float,
+           kind_policy: policy.Policy = policy.FLEET) -> Decision:
     """What a run of attempt ``attempt`` of ``max_attempts`` that raised
     ``error`` (None: it returned) comes to; ``stopping``: its worker was
-    stopping, so an Interrupted is a checkpoint's, not a failure."""
+    stopping, so an Interrupted is a checkpoint's, not a failure. The delay
+    before a retry is ``kind_policy``'s, or the fleet's (``retry_base``,
+    ``retry_cap``) for a kind without one; an exception of its
+    ``no_retry_for`` fails the job at once."""
     if error is None:
         return SUCCESS
     try:
-        return _decide(error, attempt, max_attempts, stopping, retry_base, retry_cap)
+        return _decide(error, attempt, max_attempts, stopping, kind_policy,
+                       policy.Retry(retry_base, max(retry_cap, retry_base)))
     except BaseException as broken:  # noqa: BLE001 - a handler's object, whatever it does
         # Whatever the exception does when it is read, it fails its own run:
         # a decision that raised would end the thread deciding it.
@@ -149,7 +151,7 @@ def decide(error: BaseException | None, attempt: int, max_attempts: int, stoppin
 
 
 def _decide(error: BaseException, attempt: int, max_attempts: int, stopping: bool,
-            retry_base: float, retry_cap: float) -> Decision:
+            kind_policy: policy.Policy, fleet: policy.Retry) -> Decision:
     if isinstance(error, registry.Snooze):
         return Decision(Outcome.SNOOZED, retry_in_seconds=error.seconds,
                         summary=f"due again in {error.seconds:g}s")
@@ -158,10 +160,14 @@ def _decide(error: BaseException, attempt: int, max_attempts: int, stopping: boo
             return Decision(Outcome.INTERRUPTED, summary="its handler stopped at a checkpoint")
         error = RuntimeError("the handler raised Interrupted although the worker was not"
                              " stopping; counted as a failed attempt")
-    permanent = isinstance(error, registry.PermanentFailure)
+    permanent = (isinstance(error, registry.PermanentFailure)
+                 or kind_policy.gives_up_on(error))
+    # A last attempt keeps its delay too: should an operator have raised the
+    # row's max_attempts meanwhile, record_outcomes makes it a retry.
     return Decision(Outcome.FAILED if permanent or attempt >= max_attempts else Outcome.RETRIED,
-                    describe_failure(error), retry_delay(attempt, retry_base, retry_cap),
-                    permanent, first_line(error))
+                    describe_failure(error),
+                    0.0 if permanent else kind_policy.delay(attempt, fleet), permanent,
+                    first_line(error))
 
 
 def describe_failure(exc: BaseException) -> str:

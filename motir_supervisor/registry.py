@@ -16,6 +16,8 @@ import math
 import threading
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Protocol, TypeVar
 
+from . import policy as policies
+
 if TYPE_CHECKING:
     from .schedule import Schedule
 
@@ -71,6 +73,9 @@ class Registration:
     max_running_per_key: int | None = None
     #: At most this many starts (N) in any window of this many seconds (S).
     rate_limit: tuple[int, float] | None = None
+    #: Its attempts, retry delays, failures not retried, default queue and
+    #: priority (see policy.py); policies.FLEET for a kind that says none.
+    policy: policies.Policy = policies.FLEET
 
 
 _registry: dict[str, Registration] = {}
@@ -82,7 +87,10 @@ _PAYLOAD_LOCK = threading.Lock()
 def job(kind: str, *, timeout: float | None = None,
         schedule: str | int | float | None = None,
         max_running: int | None = None, max_running_per_key: int | None = None,
-        rate_limit: tuple[int, float] | None = None) -> Callable[[H], H]:
+        rate_limit: tuple[int, float] | None = None, max_attempts: int | None = None,
+        retry: policies.Backoff | None = None,
+        no_retry_for: tuple[type[BaseException], ...] = (), queue: str | None = None,
+        priority: int | None = None) -> Callable[[H], H]:
     """Register the decorated function as the handler of ``kind``.
 
     >>> @job("send_email", timeout=60)
@@ -96,6 +104,14 @@ def job(kind: str, *, timeout: float | None = None,
     supervisor; ``max_running_per_key`` how many with one ``concurrency_key``
     (jobs without a key are not limited by it); ``rate_limit=(N, S)`` how
     many start in any window of S seconds (a retry is a start).
+
+    The kind's policy, for every job of it whose row does not say otherwise
+    (one a plain INSERT wrote without these columns too, see
+    docs/job-model.md): ``max_attempts``; ``retry``, the delay after a
+    failed attempt (a :class:`~motir_supervisor.policy.Retry`, or a
+    function of the attempt returning seconds); ``no_retry_for``, exceptions
+    that end the job failed at once; ``queue`` and ``priority``, where and
+    in which order its jobs run.
     """
     if not kind or not isinstance(kind, str):
         raise ValueError("a job kind is a non-empty string")
@@ -114,6 +130,7 @@ def job(kind: str, *, timeout: float | None = None,
             raise ValueError(f"rate_limit of {kind!r} must be (starts, seconds): a whole number"
                              f" of at least 1 and a positive number, got {rate_limit!r}")
         rate_limit = (rate_limit[0], float(rate_limit[1]))
+    kind_policy = policies.check(kind, max_attempts, retry, no_retry_for, queue, priority)
     parsed = None
     if schedule is not None:
         from .schedule import Schedule
@@ -130,7 +147,8 @@ def job(kind: str, *, timeout: float | None = None,
                 f"job kind {kind!r} is already handled by {_qualname(existing.handler)}")
         _registry[kind] = Registration(kind, handler, timeout,
                                        inspect.iscoroutinefunction(handler), parsed,
-                                       max_running, max_running_per_key, rate_limit)
+                                       max_running, max_running_per_key, rate_limit,
+                                       kind_policy)
         return handler
 
     return register
@@ -180,6 +198,11 @@ def limits() -> dict[str, tuple[int | None, int | None, int | None, float | None
         values = (r.max_running, r.max_running_per_key, *(r.rate_limit or (None, None)))
         found[kind] = values if any(v is not None for v in values) else None
     return found
+
+
+def policies_of_kinds() -> dict[str, policies.Policy]:
+    """{kind: its policy} of every registered kind."""
+    return {kind: r.policy for kind, r in sorted(_registry.items())}
 
 
 def scheduled() -> list[Registration]:

@@ -24,7 +24,7 @@ import os
 import time
 from typing import Any, Callable, ContextManager, Sequence
 
-from . import db, outcomes, registry
+from . import db, outcomes, policy, registry
 # What a piece of code enqueued, checked where users look for test helpers.
 from .assertions import (all_enqueued, assert_enqueued, payload_holds,  # noqa: F401
                          refute_enqueued)
@@ -85,9 +85,10 @@ class JobOutcome:
         return self.checkpoints[-1] if self.checkpoints else None
 
 
-def run_job(kind: str, payload: Any = None, *, attempt: int = 1, max_attempts: int = 5,
-            checkpoint_data: Any = None, stopping: bool = False, job_id: int = 1,
-            queue: str = "default", retry_base_seconds: float = RETRY_BASE_SECONDS,
+def run_job(kind: str, payload: Any = None, *, attempt: int = 1,
+            max_attempts: int | None = None, checkpoint_data: Any = None, stopping: bool = False,
+            job_id: int = 1, queue: str | None = None,
+            retry_base_seconds: float = RETRY_BASE_SECONDS,
             retry_max_seconds: float = RETRY_MAX_SECONDS,
             save_checkpoint: Callable[[Any], bool] | None = None,
             transaction: Callable[[], ContextManager[Any]] | None = None) -> JobOutcome:
@@ -97,12 +98,21 @@ def run_job(kind: str, payload: Any = None, *, attempt: int = 1, max_attempts: i
     that then saves a checkpoint and raises Interrupted is INTERRUPTED.
     Checkpoints are kept in memory (``save_checkpoint``, which drain passes,
     also writes them elsewhere). An ``async def`` handler runs in asyncio.run.
+    ``max_attempts`` and ``queue`` None are the kind's policy's (else 25
+    attempts, the default queue), as for a row that leaves them unset; the
+    retry delay is the kind's, or the fleet's from ``retry_base_seconds``
+    and ``retry_max_seconds``.
     """
     registration = registry.registration_for(kind)
     if registration is None:
         known = ", ".join(registry.registered_kinds()) or "none"
         raise UnknownKind(f"no handler registered for job kind {kind!r} (registered: {known});"
                           " import the module that registers it")
+    kind_policy = registration.policy
+    if max_attempts is None:
+        max_attempts = kind_policy.max_attempts or policy.DEFAULT_MAX_ATTEMPTS
+    if queue is None:
+        queue = kind_policy.queue or "default"
     # The handle holds the payload itself: the claim's JSON text is not read.
     run = Run(db.ClaimedJob(job_id, queue, kind, "", attempt, max_attempts, checkpoint_data),
               _CLAIM, -1, registration)
@@ -173,7 +183,8 @@ def drain(database: str | db.JobStore, *, queues: Sequence[str] | None = None,
     its attempt spent, due after the retry delay. That delay is the
     worker's by default, so a retry stays pending; with
     ``retry_base_seconds=0`` it is due at once and drained again. Jobs
-    whose run_at is in the future are left pending. Stops after
+    whose run_at is in the future are left pending. The registered kinds'
+    policies are written first (see write_policies). Stops after
     ``max_jobs`` runs (a job that snoozes 0 s forever). Returns the runs'
     outcomes in the order they ran.
     """
@@ -181,6 +192,7 @@ def drain(database: str | db.JobStore, *, queues: Sequence[str] | None = None,
     transactions = Transactions(store.dsn, CLAIMANT, "motir-testing", store.timeout_seconds)
     ran: list[JobOutcome] = []
     try:
+        write_policies(store, retry_base_seconds, retry_max_seconds)
         while len(ran) < max_jobs:
             room = max_jobs - len(ran)
             claimed, _ = store.claim_due_jobs(CLAIMANT, room, LEASE_SECONDS, queues)
@@ -209,6 +221,22 @@ def drain(database: str | db.JobStore, *, queues: Sequence[str] | None = None,
         if store is not database:
             store.close()
     return ran
+
+
+def write_policies(database: str | db.JobStore, retry_base_seconds: float = RETRY_BASE_SECONDS,
+                   retry_max_seconds: float = RETRY_MAX_SECONDS) -> None:
+    """Write the registered kinds' policies to a test database, as a
+    worker does when it starts: a row inserted after it without
+    max_attempts, queue or priority gets its kind's. drain does it first."""
+    from .maintenance.policies import kind_policy
+    store = db.JobStore(database) if isinstance(database, str) else database
+    try:
+        fleet = policy.Retry(retry_base_seconds, max(retry_max_seconds, retry_base_seconds))
+        store.sync_kind_policies({kind: kind_policy(p, fleet)
+                                  for kind, p in registry.policies_of_kinds().items()})
+    finally:
+        if store is not database:
+            store.close()
 
 
 def _run_claimed(store: db.JobStore, transactions: Transactions, job: db.ClaimedJob,

@@ -23,6 +23,9 @@ command line and the dashboard run goes through here.
   database has applied and has pending.
 - :mod:`.limits` — a kind's fleet-wide limits, and writing a registry's
   limits to the table every claim reads.
+- :mod:`.kinds` — a kind's policy (attempts, retry delays, queue,
+  priority), and writing a registry's policies to the table the insert
+  trigger reads.
 - :mod:`.connections` — opening a connection, and naming a database URL
   without its password.
 
@@ -34,6 +37,7 @@ from .connections import connect, describe_dsn, one_line, scrub
 from .drivers import AsyncConnection, Connection
 from .enqueueing import (NewJob, UNIQUE_KEY_TRIES, encode_payload, enqueue_jobs,
                          enqueue_jobs_async)
+from .kinds import KindPolicy
 from .limits import Limits
 from .migrations import (Applied, Migration, load_migrations, pending_migrations,
                          pending_sql)
@@ -47,8 +51,8 @@ from .transactions import record_success_in_transaction, reset_session
 
 __all__ = [
     "ANY_QUEUE", "AsyncConnection", "CONNECTION_ERRORS", "Cancel", "ClaimedJob", "Connection",
-    "DECLARED", "Declared", "JobState", "JobStore", "Lease", "Limits", "Migration", "NewJob",
-    "Operations", "Outcome", "PREPARED", "QUERIES", "Result", "Retry", "Rows", "STATES",
+    "DECLARED", "Declared", "JobState", "JobStore", "KindPolicy", "Lease", "Limits", "Migration",
+    "NewJob", "Operations", "Outcome", "PREPARED", "QUERIES", "Result", "Retry", "Rows", "STATES",
     "ScheduleSeen", "Session", "Settled", "UNIQUE_KEY_TRIES", "WAKEUP_CHANNEL", "connect",
     "describe_dsn", "encode_payload", "enqueue_jobs", "enqueue_jobs_async", "generations_of",
     "load_migrations", "one_line", "prepared_form", "record_success_in_transaction",

@@ -33,13 +33,14 @@ class NewJob(NamedTuple):
     kind: str
     #: JSON text, from :func:`encode_payload`.
     payload: str
-    queue: str = "default"
+    #: None, and for priority and max_attempts too: the kind's policy
+    #: (migrations/0016), as for a plain INSERT that leaves them out.
+    queue: str | None = None
     #: When it falls due; None for ``delay_seconds`` after the enqueue.
     run_at: datetime.datetime | None = None
     delay_seconds: float = 0.0
-    priority: int = 0
+    priority: int | None = None
     unique_key: str | None = None
-    #: None for the column's default.
     max_attempts: int | None = None
     #: What the kind's max_running_per_key counts by; None for no key.
     concurrency_key: str | None = None
@@ -65,7 +66,7 @@ _INSERTED = Rows(Inserted)
 _KEY_HOLDERS = Rows(KeyHolder)
 
 #: (queue, unique_key): a key is unique within its queue.
-UniqueKey = tuple[str, str | None]
+UniqueKey = tuple[str | None, str | None]
 
 #: How often enqueue tries again when a unique key's holder finished between
 #: the insert that found it and the look-up of its id.
@@ -133,6 +134,7 @@ def enqueueing(jobs: Sequence[NewJob]) -> Enqueueing:
     """
     if not jobs:
         return []
+    jobs = yield from _with_queues(jobs)
     first_of_key: dict[UniqueKey, int] = {}
     sent: list[NewJob] = []
     #: For each job, its place in ``sent`` and whether it is the one sent.
@@ -173,6 +175,18 @@ def enqueueing(jobs: Sequence[NewJob]) -> Enqueueing:
     return [(found[place][0], found[place][1] and first) for place, first in places]
 
 
+def _with_queues(jobs: Sequence[NewJob]) -> Generator[Statement, Result, Sequence[NewJob]]:
+    """``jobs``, each with a unique key and no queue given the queue its
+    kind's policy names: the key is unique within that queue, and the
+    holder of a taken key is looked up there. Only then a round trip."""
+    kinds = sorted({job.kind for job in jobs if job.queue is None and job.unique_key is not None})
+    if not kinds:
+        return jobs
+    queues = dict((yield Statement(text_of("queues_of_kinds"), {"kinds": kinds})).rows)
+    return [job._replace(queue=queues[job.kind])
+            if job.queue is None and job.unique_key is not None else job for job in jobs]
+
+
 def _insert_jobs(jobs: Sequence[NewJob]) -> Generator[Statement, Result, list[int | None]]:
     """The new id of each job, None for one whose unique key is held."""
     rows = _INSERTED.of((yield Statement(text_of("enqueue_jobs"), {
@@ -181,7 +195,8 @@ def _insert_jobs(jobs: Sequence[NewJob]) -> Generator[Statement, Result, list[in
         "trace_context": tracing.current_trace_context()})))
     # Sorted by id, so in the order the jobs were given (see enqueue_jobs in
     # queries.sql); a keyed row is found by its key, being the only one.
-    keyed = {(row.queue, row.unique_key): row.id for row in rows if row.unique_key is not None}
+    keyed: dict[UniqueKey, int] = {(row.queue, row.unique_key): row.id
+                                   for row in rows if row.unique_key is not None}
     unkeyed = iter([row.id for row in rows if row.unique_key is None])
     return [next(unkeyed) if job.unique_key is None else keyed.get((job.queue, job.unique_key))
             for job in jobs]

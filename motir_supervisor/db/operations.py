@@ -16,6 +16,7 @@ import psycopg2.extensions
 
 from . import migrations
 from .enqueueing import NewJob, encode_payload, enqueue_jobs
+from .kinds import KindPolicy, read_kind_policies, sync_kind_policies
 from .limits import Limits, read_limits, sync_limits
 from .migrations import Applied, Migration, load_migrations
 from .rows import CANCELS, RETRIES, SCHEDULES, Cancel, Retry, ScheduleSeen
@@ -75,12 +76,14 @@ class Operations:
 
     # -- producers, schedules and limits --------------------------------------
 
-    def enqueue(self, kind: str, payload: Any = None, *, queue: str = "default",
-                delay_seconds: float = 0, max_attempts: int | None = None, priority: int = 0,
+    def enqueue(self, kind: str, payload: Any = None, *, queue: str | None = None,
+                delay_seconds: float = 0, max_attempts: int | None = None,
+                priority: int | None = None,
                 unique_key: str | None = None,
                 concurrency_key: str | None = None) -> tuple[int, bool]:
         """(job id, inserted): with a ``unique_key`` another pending or running
-        job of the queue holds, nothing is inserted and that job's id returns."""
+        job of the queue holds, nothing is inserted and that job's id returns.
+        What is None (queue, max_attempts, priority) follows the kind's policy."""
         job = NewJob(kind, encode_payload(payload), queue, None, delay_seconds, priority,
                      unique_key, max_attempts, concurrency_key)
         return enqueue_jobs(self.conn, [job])[0]
@@ -109,6 +112,15 @@ class Operations:
     def sync_limits(self, wanted: dict[str, Limits | None]) -> list[str] | None:
         """See limits.sync_limits."""
         return sync_limits(self.conn, wanted)
+
+    def kind_policies(self) -> dict[str, KindPolicy]:
+        """The policy of every kind that has one."""
+        with self.conn.cursor() as cur:
+            return read_kind_policies(cur)
+
+    def sync_kind_policies(self, wanted: dict[str, KindPolicy | None]) -> list[str]:
+        """See kinds.sync_kind_policies."""
+        return sync_kind_policies(self.conn, wanted)
 
     # -- operators -----------------------------------------------------------
 

@@ -39,6 +39,8 @@ from ..ipc.tokens import Kicks, Token
 from ..logs import flush_logs, keep_off_standard_fds
 from ..maintenance import services
 from ..maintenance.limits import LimitsSync
+from ..maintenance.policies import PoliciesSync
+from ..policy import Retry
 from ..maintenance.scheduler import SchedulerSeat
 from .batching import RoundTrips
 from .checkpoints import Checkpoints
@@ -108,9 +110,12 @@ class Worker:
         self.exit_code = EXIT_OK
         self.claim_recheck = ClaimRecheck(self.store, claimant, index, self.holdings)
         #: Run in this order after each renewal, before the claims: a
-        #: reconnect's recheck and the limits before anything is claimed.
+        #: reconnect's recheck, the policies and the limits before anything
+        #: is claimed.
         self.services: list[services.Service] = [
             self.claim_recheck,
+            PoliciesSync(self.store, index,
+                         Retry(config.retry_base_seconds, config.retry_max_seconds)),
             LimitsSync(self.store, index, heard=self.producer.note_limits),
             SchedulerSeat(self.store, scheduler_token, index)]
         self._reconnect_backoff = 0.0

@@ -18,7 +18,7 @@ import os
 import time
 from typing import Any, Callable, Coroutine, Generator
 
-from .. import hooks, outcomes, registry
+from .. import hooks, outcomes, policy, registry
 from ..ipc import lifecycle
 from .claims import Run
 from .transactions import Transactions
@@ -145,7 +145,7 @@ def decide(run: Run, error: BaseException | None, retry_base: float, retry_cap: 
         return outcomes.SUCCESS, None
     job = run.claimed
     return outcomes.decide(error, job.attempt, job.max_attempts, run.stopping.value,
-                           retry_base, retry_cap), error
+                           retry_base, retry_cap, _policy(run)), error
 
 
 def leave(run: Run, error: BaseException | None) -> None:
@@ -162,9 +162,13 @@ def end_at_timeout(run: Run, retry_base: float, retry_cap: float) -> hooks.RunEn
     hooks: its attempt fails now, whether or not its thread ever returns."""
     job, error = run.claimed, timeout_error(run)
     decision = outcomes.decide(error, job.attempt, job.max_attempts, False, retry_base,
-                               retry_cap)
+                               retry_cap, _policy(run))
     return hooks.RunEnd(decision.outcome, error, None, time.monotonic() - (run.started or 0.0),
                         True)
+
+
+def _policy(run: Run) -> policy.Policy:
+    return policy.FLEET if run.registration is None else run.registration.policy
 
 
 def timeout_error(run: Run) -> TimeoutError:

@@ -21,7 +21,7 @@ def ok(j):
     return j.payload
 
 
-@job("helper_flaky")
+@job("helper_flaky", max_attempts=5)
 def flaky(j):
     """Fails until payload.succeed_on_attempt."""
     _note(j)

@@ -120,7 +120,7 @@ def test_a_handler_that_closes_fds_1_and_2_leaves_the_worker_s_log_alone(
     supervisor = start_supervisor("--workers", "1", "--concurrency", "8", *HOSTILE_APP)
     [hostile] = enqueue(executions, "hostile_closes_stdio", max_attempts=1)
     wait_until(lambda: state_of(executions, hostile) == "succeeded", 10)
-    later = enqueue(executions, "record", count=5)
+    later = enqueue(executions, "record", count=5, max_attempts=5)
     wait_until(lambda: all(state_of(executions, j) == "succeeded" for j in later), 10)
     wait_until(lambda: all(f"job {j} record attempt 1/5 succeeded" in supervisor.output()
                            for j in later), 5, message="the later jobs' log lines")

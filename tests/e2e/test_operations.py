@@ -148,7 +148,7 @@ def test_poll_only_mode_still_runs_jobs(executions, start_supervisor):
 
 
 def test_json_logs_are_one_object_per_line(database_url, sql, executions):
-    sql.rows("INSERT INTO job_queue (kind) VALUES ('record')")
+    sql.rows("INSERT INTO job_queue (kind, max_attempts) VALUES ('record', 5)")
     process = subprocess.Popen(
         [*CLI, "--log-format", "json", "--workers", "1", "--app", "tests.apps.sample"],
         env={**os.environ, "DATABASE_URL": database_url, "PYTHONPATH": str(ROOT)},
@@ -170,7 +170,7 @@ def test_migrate_enqueue_and_status_commands(database_url, sql):
                     " FROM job_queue WHERE id = %s", (job_id,)) == [
         ("send_email", {"to": "a@b.c"}, "mail", 3, True)]
     default = int(cli(database_url, "enqueue", "x").stdout)
-    assert sql.value("SELECT max_attempts FROM job_queue WHERE id = %s", (default,)) == 5
+    assert sql.value("SELECT max_attempts FROM job_queue WHERE id = %s", (default,)) == 25
     sql.rows("INSERT INTO job_queue (kind, state, locked_by, lease_expires_at, started_at)"
              " VALUES ('report', 'running', 'host:1:ab/w1:2', now() - interval '1 s', now())")
     report = cli(database_url, "status").stdout

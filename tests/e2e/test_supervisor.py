@@ -67,7 +67,10 @@ def test_negative_control_a_naive_claim_runs_jobs_twice(executions, start_superv
 # -- dying workers, dying machines ---------------------------------------------
 
 def test_a_killed_worker_is_replaced_and_its_job_rerun_at_once(executions, start_supervisor):
-    supervisor = start_supervisor("--workers", "2", "--lease-seconds", "60")
+    # A dead worker's job waits its kind's retry delay: the fleet's, here
+    # a fifth of a second (see tests/e2e/test_kind_policies.py).
+    supervisor = start_supervisor("--workers", "2", "--lease-seconds", "60",
+                                  "--retry-base-seconds", "0.2")
     supervisor.wait_for_workers(2)
     [job_id] = enqueue(executions, "record", '{"sleep": 2}')
     pid, _ = wait_until(lambda: running_job(executions, job_id), 10)

@@ -59,8 +59,8 @@ def test_a_delayed_job_starts_at_its_run_at_not_at_the_next_poll(executions, sta
 
 
 def test_a_run_whose_claim_was_taken_over_is_not_recorded(executions, start_supervisor):
-    [taken] = enqueue(executions, "record", '{"sleep": 1.5}')
-    [kept] = enqueue(executions, "record", '{"sleep": 1.5}')
+    [taken] = enqueue(executions, "record", '{"sleep": 1.5}', max_attempts=5)
+    [kept] = enqueue(executions, "record", '{"sleep": 1.5}', max_attempts=5)
     supervisor = start_supervisor("--workers", "1")
     wait_until(lambda: executions.value("SELECT count(*) FROM test_executions") == 2, 10,
                message="both jobs running")

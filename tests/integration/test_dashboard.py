@@ -58,6 +58,7 @@ def insert(sql, **columns):
 def failed(sql, **columns):
     columns.setdefault("last_error", "ValueError: boom\nTraceback (most recent call last):"
                                      '\n  File "app.py", line 3, in handler')
+    columns.setdefault("max_attempts", 5)  # its last attempt
     return insert(sql, state="failed", attempts=5,
                   finished_at=datetime.datetime.now(datetime.timezone.utc), **columns)
 

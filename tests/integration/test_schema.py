@@ -34,7 +34,7 @@ def test_a_plain_insert_gets_the_documented_defaults(sql):
     sql.rows("INSERT INTO job_queue (kind, payload) VALUES ('x', '{}')")
     row = sql.rows("SELECT queue, state, attempts, max_attempts, run_at <= now(), payload"
                    " FROM job_queue")[0]
-    assert row == ("default", "pending", 0, 5, True, {})
+    assert row == ("default", "pending", 0, 25, True, {})
 
 
 def test_the_claim_uses_the_partial_index(sql):

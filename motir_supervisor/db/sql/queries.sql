@@ -954,10 +954,14 @@ RETURNING id;
 -- fail_claims_of_dead -- after: read_committed
 -- The claimant died running these jobs (killed, out of memory, crashed,
 -- timed out). The attempt counts, so a job that kills its worker every time
--- runs out of attempts instead of crash-looping the fleet.
+-- runs out of attempts instead of crash-looping the fleet, and it waits its
+-- kind's retry delay (migrations/0016), so that it does not take down one
+-- worker after another in a quick loop meanwhile.
 UPDATE job_queue
 SET state = CASE WHEN cancel_requested THEN 'cancelled'
                  WHEN attempts >= max_attempts THEN 'failed' ELSE 'pending' END,
+    run_at = CASE WHEN cancel_requested OR attempts >= max_attempts THEN run_at
+                  ELSE now() + job_queue_retry_delay(kind, attempts) END,
     finished_at = CASE WHEN cancel_requested OR attempts >= max_attempts THEN now() END,
     last_error = %(error)s,
     locked_by = NULL,
@@ -981,7 +985,8 @@ WHERE id = ANY(%(ids)s::bigint[]);
 -- is taken in the order of job_queue_running (migrations/0012), which holds
 -- the leases: the scan stops at the limit, where an order by lease alone
 -- would read and sort every expired row for each batch, over and over once
--- a whole fleet's leases have lapsed.
+-- a whole fleet's leases have lapsed. A retry waits its kind's delay, as
+-- after a dead worker (see fail_claims_of_dead).
 WITH stale AS MATERIALIZED (
     SELECT id
     FROM job_queue
@@ -996,6 +1001,8 @@ SET state = CASE WHEN j.cancel_requested THEN 'cancelled'
                  WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
     finished_at = CASE WHEN j.cancel_requested OR j.attempts >= j.max_attempts
                        THEN now() END,
+    run_at = CASE WHEN j.cancel_requested OR j.attempts >= j.max_attempts THEN j.run_at
+                  ELSE now() + job_queue_retry_delay(j.kind, j.attempts) END,
     last_error = 'lease of ' || j.locked_by || ' expired at ' || j.lease_expires_at::text,
     locked_by = NULL,
     lease_expires_at = NULL
@@ -1015,9 +1022,14 @@ RETURNING j.id, j.state;
 -- its transaction, as with any unique index: it conflicts once the holder
 -- commits, and inserts if the holder rolls back.
 --
--- An INSERT ... SELECT cannot say DEFAULT for some of its rows only, so a
--- job without max_attempts gets the column's default as the catalog holds
--- it: the schema stays the one home of that number.
+-- What a job leaves NULL (max_attempts, queue, priority) is its kind's
+-- policy, as for a plain INSERT that leaves it out (migrations/0016). The
+-- statement reads job_queue_kinds once, in one join, so that the insert
+-- trigger, which looks the kind up row by row, is not called for a kind
+-- the workers wrote; it fills in the fleet's defaults for any other. An
+-- INSERT ... SELECT cannot say DEFAULT for some of its rows only, so a job
+-- without max_attempts gets the column's default as the catalog holds it
+-- first, as a plain INSERT would: none, unless an operator set one.
 --
 -- The rows draw their ids in the order given (an INSERT ... SELECT ...
 -- ORDER BY draws identity values in that order: SQLAlchemy's bulk inserts
@@ -1028,14 +1040,15 @@ RETURNING j.id, j.state;
 WITH inserted AS (
     INSERT INTO job_queue (kind, payload, queue, run_at, priority, unique_key, max_attempts,
                            concurrency_key, trace_context)
-    SELECT j.kind, j.payload, j.queue,
+    SELECT j.kind, j.payload, coalesce(j.queue, k.queue),
            coalesce(j.run_at, statement_timestamp() + make_interval(secs => j.delay_seconds)),
-           j.priority, j.unique_key,
+           coalesce(j.priority, k.priority), j.unique_key,
            coalesce(j.max_attempts,
                     (SELECT pg_get_expr(d.adbin, d.adrelid)::integer
                      FROM pg_attrdef AS d
                      JOIN pg_attribute AS a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
-                     WHERE d.adrelid = 'job_queue'::regclass AND a.attname = 'max_attempts')),
+                     WHERE d.adrelid = 'job_queue'::regclass AND a.attname = 'max_attempts'),
+                    k.max_attempts),
            j.concurrency_key, %(trace_context)s::jsonb
     FROM unnest(%(kind)s::text[], %(payload)s::jsonb[], %(queue)s::text[],
                 %(run_at)s::timestamptz[], %(delay_seconds)s::float8[],
@@ -1043,12 +1056,21 @@ WITH inserted AS (
                 %(concurrency_key)s::text[])
          WITH ORDINALITY AS j(kind, payload, queue, run_at, delay_seconds, priority, unique_key,
                               max_attempts, concurrency_key, position)
+    LEFT JOIN job_queue_kinds AS k ON k.kind = j.kind
     ORDER BY j.position
     ON CONFLICT (queue, unique_key)
         WHERE unique_key IS NOT NULL AND state IN ('pending', 'running') DO NOTHING
     RETURNING id, queue, unique_key
 )
 SELECT id, queue, unique_key FROM inserted ORDER BY id;
+
+-- queues_of_kinds --
+-- The queue a job of each kind lands in when its producer names none, as
+-- job_queue_kind_defaults (migrations/0016) fills it in: enqueue_jobs looks
+-- it up for a job with a unique key, which is unique within its queue.
+SELECT k.kind, coalesce(p.queue, 'default') AS queue
+FROM unnest(%(kinds)s::text[]) AS k(kind)
+LEFT JOIN job_queue_kinds AS p ON p.kind = k.kind;
 
 -- jobs_holding_unique_keys --
 -- The pending or running job holding each (queue, unique key), for the jobs
@@ -1094,6 +1116,29 @@ SELECT kind, spec, last_instant FROM job_queue_schedules ORDER BY kind;
 SELECT kind, max_running, max_running_per_key, rate_limit, rate_seconds
 FROM job_queue_limits
 ORDER BY kind;
+
+-- kind_policies --
+SELECT kind, max_attempts, queue, priority, retry_delays, retry_jitter
+FROM job_queue_kinds
+ORDER BY kind;
+
+-- set_kind_policy --
+-- Workers write their registry's policies when they start (db.JobStore.
+-- sync_kind_policies): a row changes only when the policy does.
+INSERT INTO job_queue_kinds AS k (kind, max_attempts, queue, priority, retry_delays,
+                                  retry_jitter)
+VALUES (%(kind)s, %(max_attempts)s, %(queue)s, %(priority)s, %(retry_delays)s::float8[],
+        %(retry_jitter)s)
+ON CONFLICT (kind) DO UPDATE
+    SET max_attempts = excluded.max_attempts, queue = excluded.queue,
+        priority = excluded.priority, retry_delays = excluded.retry_delays,
+        retry_jitter = excluded.retry_jitter, updated_at = now()
+    WHERE (k.max_attempts, k.queue, k.priority, k.retry_delays, k.retry_jitter)
+          IS DISTINCT FROM (excluded.max_attempts, excluded.queue, excluded.priority,
+                            excluded.retry_delays, excluded.retry_jitter);
+
+-- drop_kind_policy --
+DELETE FROM job_queue_kinds WHERE kind = %(kind)s;
 
 -- lock_limits_sync --
 -- Workers of every supervisor write the limits of their registry when they
