@@ -906,6 +906,7 @@ SET state = d.state,
     finished_at = CASE WHEN d.state = 'pending' THEN NULL ELSE now() END,
     attempts = CASE WHEN d.snoozed THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
     last_error = CASE WHEN d.snoozed THEN j.last_error ELSE d.error END,
+    errors = CASE WHEN d.snoozed THEN j.errors ELSE job_queue_errors_with(j.errors, j.attempts, d.error) END,
     locked_by = NULL,
     lease_expires_at = NULL
 FROM decided AS d
@@ -960,6 +961,7 @@ SET state = CASE WHEN cancel_requested THEN 'cancelled'
                  WHEN attempts >= max_attempts THEN 'failed' ELSE 'pending' END,
     finished_at = CASE WHEN cancel_requested OR attempts >= max_attempts THEN now() END,
     last_error = %(error)s,
+    errors = job_queue_errors_with(errors, attempts, %(error)s),
     locked_by = NULL,
     lease_expires_at = NULL
 WHERE locked_by = ANY(%(claimants)s::text[])
@@ -997,6 +999,8 @@ SET state = CASE WHEN j.cancel_requested THEN 'cancelled'
     finished_at = CASE WHEN j.cancel_requested OR j.attempts >= j.max_attempts
                        THEN now() END,
     last_error = 'lease of ' || j.locked_by || ' expired at ' || j.lease_expires_at::text,
+    errors = job_queue_errors_with(j.errors, j.attempts, 'lease of ' || j.locked_by
+                                   || ' expired at ' || j.lease_expires_at::text),
     locked_by = NULL,
     lease_expires_at = NULL
 FROM stale
