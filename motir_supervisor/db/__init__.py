@@ -29,7 +29,7 @@ from .connections import connect, describe_dsn, one_line, scrub
 from .enqueueing import NewJob, UNIQUE_KEY_TRIES, encode_payload, enqueue_jobs
 from .limits import Limits
 from .migrations import Migration, load_migrations
-from .operations import Operations
+from .operations import PRUNED_TOGETHER, Operations
 from .rows import (Cancel, ClaimedJob, JobState, Lease, Outcome, Result, Retry, Rows,
                    ScheduleSeen, Settled, generations_of)
 from .session import Session
@@ -40,8 +40,8 @@ from .transactions import record_success_in_transaction, reset_session
 __all__ = [
     "ANY_QUEUE", "CONNECTION_ERRORS", "Cancel", "ClaimedJob", "DECLARED", "Declared", "JobState",
     "JobStore", "Lease", "Limits", "Migration", "NewJob", "Operations", "Outcome", "PREPARED",
-    "QUERIES", "Result", "Retry", "Rows", "STATES", "ScheduleSeen", "Session", "Settled",
-    "UNIQUE_KEY_TRIES", "WAKEUP_CHANNEL", "connect", "describe_dsn", "encode_payload",
+    "PRUNED_TOGETHER", "QUERIES", "Result", "Retry", "Rows", "STATES", "ScheduleSeen", "Session",
+    "Settled", "UNIQUE_KEY_TRIES", "WAKEUP_CHANNEL", "connect", "describe_dsn", "encode_payload",
     "enqueue_jobs", "generations_of", "load_migrations", "one_line", "prepared_form",
     "record_success_in_transaction", "reset_session", "scrub", "text_of",
 ]

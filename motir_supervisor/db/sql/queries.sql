@@ -1267,10 +1267,12 @@ ORDER BY queue;
 -- prune_finished --
 -- One small batch per statement: retention never holds many row locks or
 -- runs long, and SKIP LOCKED keeps concurrent pruners out of each other's way.
+-- The states are one group of db.PRUNED_TOGETHER, each a partial index's
+-- rows (migrations/0002 and 0005), which the batch walks by age.
 DELETE FROM job_queue
 WHERE id IN (
     SELECT id FROM job_queue
-    WHERE state IN ('succeeded', 'cancelled')
+    WHERE state = ANY(%(states)s::text[])
       AND finished_at < now() - make_interval(secs => %(older_than_seconds)s)
     ORDER BY finished_at
     LIMIT %(limit)s
