@@ -906,7 +906,8 @@ SET state = d.state,
     finished_at = CASE WHEN d.state = 'pending' THEN NULL ELSE now() END,
     attempts = CASE WHEN d.snoozed THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
     last_error = CASE WHEN d.snoozed THEN j.last_error ELSE d.error END,
-    errors = CASE WHEN d.snoozed THEN j.errors ELSE job_queue_errors_with(j.errors, j.attempts, d.error) END,
+    errors = CASE WHEN d.snoozed THEN j.errors
+                  ELSE job_queue_errors_with(j.errors, j.attempts, d.error) END,
     locked_by = NULL,
     lease_expires_at = NULL
 FROM decided AS d
