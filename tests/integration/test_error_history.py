@@ -157,3 +157,10 @@ def test_the_history_is_written_into_the_statements_that_append_to_it(sql, name,
     # The negative control: a STRICT one is not written in.
     sql.rows("ALTER FUNCTION job_queue_errors_with STRICT")
     assert "job_queue_errors_with(" in plan()
+
+
+def test_the_history_is_compressed_with_lz4_where_the_server_has_it(sql):
+    # A long history is rewritten whole at each failure; pglz made a batch
+    # of failures several times slower (see migrations/0017).
+    assert sql.value("SELECT attcompression FROM pg_attribute"
+                     " WHERE attrelid = 'job_queue'::regclass AND attname = 'errors'") == "l"
