@@ -110,6 +110,8 @@ def main(ctx: click.Context, log_level: str, log_format: str) -> None:
               help="Most jobs one claim takes (a worker grows to it while jobs finish fast).")
 @click.option("--retention-hours", envvar="MOTIR_RETENTION_HOURS", type=float, default=168.0,
               show_default=True, help="Delete succeeded/cancelled jobs older than this; 0 keeps.")
+@click.option("--keep-failed-hours", envvar="MOTIR_KEEP_FAILED_HOURS", type=float, default=720.0,
+              show_default=True, help="Delete failed jobs older than this; 0 keeps.")
 @click.option("--metrics-port", envvar="MOTIR_METRICS_PORT", type=int, default=None,
               help="Serve the fleet's Prometheus metrics, and its /healthz, on this port.")
 @click.option("--listen/--no-listen", envvar="MOTIR_LISTEN", default=True, show_default=True,
@@ -124,8 +126,8 @@ def main(ctx: click.Context, log_level: str, log_format: str) -> None:
 def run(database_url: str | None, workers: int, concurrency: int, apps: tuple[str, ...],
         queues: tuple[str, ...], lease_seconds: float, drain_seconds: float,
         poll_seconds: float, retry_base_seconds: float, batch_size: int,
-        retention_hours: float, metrics_port: int | None, listen: bool,
-        max_jobs_per_worker: int, max_worker_memory_mb: int) -> None:
+        retention_hours: float, keep_failed_hours: float, metrics_port: int | None,
+        listen: bool, max_jobs_per_worker: int, max_worker_memory_mb: int) -> None:
     """Run the supervisor and its workers until SIGTERM or SIGINT."""
     try:
         config = Config(
@@ -133,7 +135,8 @@ def run(database_url: str | None, workers: int, concurrency: int, apps: tuple[st
             concurrency=concurrency, apps=tuple(apps),
             queues=tuple(queues), lease_seconds=lease_seconds, drain_seconds=drain_seconds,
             poll_seconds=poll_seconds, retry_base_seconds=retry_base_seconds,
-            batch_size=batch_size, retention_hours=retention_hours, metrics_port=metrics_port,
+            batch_size=batch_size, retention_hours=retention_hours,
+            keep_failed_hours=keep_failed_hours, metrics_port=metrics_port,
             listen=listen, max_jobs_per_worker=max_jobs_per_worker,
             max_worker_memory_mb=max_worker_memory_mb)
     except ConfigError as exc:
@@ -366,13 +369,22 @@ def cancel(database_url: str | None, job_id: int) -> None:
 @database_option
 @click.option("--older-than", "older_than_hours", type=click.FloatRange(min=0), required=True,
               help="Hours since a job finished.")
-def prune(database_url: str | None, older_than_hours: float) -> None:
-    """Delete succeeded and cancelled jobs that finished long enough ago."""
+@click.option("--state", "states", multiple=True,
+              type=click.Choice([s for group in db.PRUNED_TOGETHER for s in group]),
+              help="Delete jobs that ended in this state; repeatable."
+                   "  [default: succeeded and cancelled]")
+def prune(database_url: str | None, older_than_hours: float, states: tuple[str, ...]) -> None:
+    """Delete succeeded and cancelled jobs (or those of --state) that finished
+    long enough ago."""
+    chosen = set(states) or set(db.PRUNED_TOGETHER[0])
     total = 0
     with database(database_url, "prune") as store:
-        while deleted := store.prune_finished(older_than_hours * 3600):
-            total += deleted
-    click.echo(f"deleted {total} finished jobs")
+        for group in db.PRUNED_TOGETHER:
+            these = [state for state in group if state in chosen]
+            while these and (deleted := store.prune_finished(these, older_than_hours * 3600)):
+                total += deleted
+    named = " or ".join(s for group in db.PRUNED_TOGETHER for s in group if s in states)
+    click.echo(f"deleted {total} {named or 'finished'} jobs")
 
 
 @main.command()

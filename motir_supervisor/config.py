@@ -78,6 +78,11 @@ class Config:
     batch_size: int = 1000
     #: Succeeded and cancelled rows older than this are deleted; 0 keeps them.
     retention_hours: float = 168.0
+    #: Failed rows older than this are deleted; 0 keeps them. Longer than the
+    #: others: a failed job waits for a person to look at it and retry it,
+    #: who may come back to it only weeks later, while a kind that fails in
+    #: bulk must not grow the table without end.
+    keep_failed_hours: float = 720.0
     #: Port of the fleet's Prometheus metrics; None serves none.
     metrics_port: int | None = None
     #: False: never LISTEN, only poll (for transaction-pooling PgBouncer).
@@ -109,8 +114,10 @@ class Config:
             raise ConfigError("retry delays must satisfy 0 <= base <= max")
         if not 1 <= self.batch_size <= 1000:
             raise ConfigError(f"--batch-size must be between 1 and 1000, got {self.batch_size}")
-        if self.retention_hours < 0:
-            raise ConfigError(f"--retention-hours cannot be negative, got {self.retention_hours:g}")
+        for option, hours in (("--retention-hours", self.retention_hours),
+                              ("--keep-failed-hours", self.keep_failed_hours)):
+            if hours < 0:
+                raise ConfigError(f"{option} cannot be negative, got {hours:g}")
         for option, value in (("--max-jobs-per-worker", self.max_jobs_per_worker),
                               ("--max-worker-memory", self.max_worker_memory_mb)):
             if value < 0:

@@ -41,7 +41,7 @@ from .kinds import KindPolicy
 from .limits import Limits
 from .migrations import (Applied, Migration, load_migrations, pending_migrations,
                          pending_sql)
-from .operations import Operations
+from .operations import PRUNED_TOGETHER, Operations
 from .rows import (Cancel, ClaimedJob, JobState, Lease, Outcome, Result, Retry, Rows,
                    ScheduleSeen, Settled, generations_of)
 from .session import Session
@@ -52,11 +52,11 @@ from .transactions import record_success_in_transaction, reset_session
 __all__ = [
     "ANY_QUEUE", "AsyncConnection", "CONNECTION_ERRORS", "Cancel", "ClaimedJob", "Connection",
     "DECLARED", "Declared", "JobState", "JobStore", "KindPolicy", "Lease", "Limits", "Migration",
-    "NewJob", "Operations", "Outcome", "PREPARED", "QUERIES", "Result", "Retry", "Rows", "STATES",
-    "ScheduleSeen", "Session", "Settled", "UNIQUE_KEY_TRIES", "WAKEUP_CHANNEL", "connect",
-    "describe_dsn", "encode_payload", "enqueue_jobs", "enqueue_jobs_async", "generations_of",
-    "load_migrations", "one_line", "prepared_form", "record_success_in_transaction",
-    "reset_session", "scrub", "text_of",
+    "NewJob", "Operations", "Outcome", "PREPARED", "PRUNED_TOGETHER", "QUERIES", "Result", "Retry",
+    "Rows", "STATES", "ScheduleSeen", "Session", "Settled", "UNIQUE_KEY_TRIES", "WAKEUP_CHANNEL",
+    "connect", "describe_dsn", "encode_payload", "enqueue_jobs", "enqueue_jobs_async",
+    "generations_of", "load_migrations", "one_line", "prepared_form",
+    "record_success_in_transaction", "reset_session", "scrub", "text_of",
     # What a database has applied and has pending (migrate --status, --sql).
     "Applied", "pending_migrations", "pending_sql",
 ]

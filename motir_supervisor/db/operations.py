@@ -10,6 +10,7 @@ claims a job or writes an outcome.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg2.extensions
@@ -21,6 +22,12 @@ from .limits import Limits, read_limits, sync_limits
 from .migrations import Applied, Migration, load_migrations
 from .rows import CANCELS, RETRIES, SCHEDULES, Cancel, Retry, ScheduleSeen
 from .session import Session
+
+
+#: The ended states, in the groups that retention deletes by one statement
+#: each: each group is the rows of one partial index (migrations/0002 and
+#: 0005), so a batch walks it by age rather than the whole table.
+PRUNED_TOGETHER = (("succeeded", "cancelled"), ("failed",))
 
 
 class Operations:
@@ -146,10 +153,13 @@ class Operations:
     def retry_failed_of_kind(self, kind: str) -> list[int]:
         return self.session.run("retry_failed_of_kind", {"kind": kind}).column("id")
 
-    def prune_finished(self, older_than_seconds: float, limit: int = 1000) -> int:
-        """Delete one batch of finished rows; returns how many went."""
+    def prune_finished(self, states: Sequence[str], older_than_seconds: float,
+                       limit: int = 1000) -> int:
+        """Delete one batch of rows of ``states`` (one group of
+        PRUNED_TOGETHER, or part of one) that ended long enough ago;
+        returns how many went."""
         return self.session.count("prune_finished", {
-            "older_than_seconds": older_than_seconds, "limit": limit})
+            "states": list(states), "older_than_seconds": older_than_seconds, "limit": limit})
 
     def queue_status(self) -> dict[str, Any]:
         run = self.session.run

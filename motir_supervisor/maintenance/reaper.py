@@ -1,4 +1,5 @@
-"""The reaper: expired leases back to claimable jobs, and retention.
+"""The reaper: expired leases back to claimable jobs, and retention (of the
+succeeded and cancelled rows, and of the failed ones, each by its own age).
 
 A service of the supervisor's loop (see :mod:`.services`), which calls
 :meth:`Reaper.run_when_due`; :meth:`Reaper.run_once` is one pass, callable
@@ -29,6 +30,8 @@ LEASE_BATCH = 500
 PRUNE_EVERY_SECONDS = 300.0
 #: Rows one retention statement deletes.
 PRUNE_BATCH = 1000
+#: The states of --retention-hours, and of --keep-failed-hours.
+FINISHED, FAILED = db.PRUNED_TOGETHER
 #: A pass stops pruning after this long and goes on at the next pass, so
 #: retention never delays the supervisor's loop for long.
 PRUNE_BUDGET_SECONDS = 1.0
@@ -43,10 +46,12 @@ class ReaperPass:
 class Reaper(Service):
     """The supervisor's loop owns every field."""
 
-    def __init__(self, store: db.JobStore, every_seconds: float, retention_hours: float):
+    def __init__(self, store: db.JobStore, every_seconds: float, retention_hours: float,
+                 keep_failed_hours: float = 0.0):
         self.store = store
         self.every_seconds = every_seconds
         self.retention_seconds = retention_hours * 3600
+        self.keep_failed_seconds = keep_failed_hours * 3600
         self.next_pass = 0.0
         self.next_prune = 0.0
 
@@ -65,17 +70,31 @@ class Reaper(Service):
                 return total
 
     def prune_finished(self) -> int:
-        if not self.retention_seconds:
-            return 0
-        total = 0
+        """One pass of retention: the failed rows past their age, then the
+        succeeded and cancelled ones past theirs, within one budget. Failed
+        rows go first: they are few, and a backlog of the others must not
+        keep them for ever."""
         started = time.monotonic()
+        total = 0
+        for states, seconds in ((FAILED, self.keep_failed_seconds),
+                                (FINISHED, self.retention_seconds)):
+            if not seconds:
+                continue
+            deleted = self._prune(states, seconds, started)
+            if deleted:
+                log.info("retention: deleted %d %s jobs", deleted,
+                         "failed" if states == FAILED else "finished")
+            total += deleted
+        return total
+
+    def _prune(self, states: tuple[str, ...], older_than_seconds: float,
+               started: float) -> int:
+        total = 0
         while time.monotonic() - started < PRUNE_BUDGET_SECONDS:
-            deleted = self.store.prune_finished(self.retention_seconds, PRUNE_BATCH)
+            deleted = self.store.prune_finished(states, older_than_seconds, PRUNE_BATCH)
             total += deleted
             if deleted < PRUNE_BATCH:
                 break
-        if total:
-            log.info("retention: deleted %d finished jobs", total)
         return total
 
     def next_due(self) -> float:

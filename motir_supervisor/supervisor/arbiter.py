@@ -101,7 +101,8 @@ class Supervisor:
         self.rescuer = Rescuer(self.store, config.database_url)
         self.crash_streak = 0
         self.respawn_at = 0.0
-        self.reaper = Reaper(self.store, config.reaper_every, config.retention_hours)
+        self.reaper = Reaper(self.store, config.reaper_every, config.retention_hours,
+                             config.keep_failed_hours)
         self.services: list[services.Service] = [self.reaper]
         #: Shared by every worker: one of them listens, the others are kicked.
         self.token = Token("listener")

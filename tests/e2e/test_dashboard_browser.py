@@ -1,6 +1,7 @@
 """The dashboard in a real headless browser (Debian's chromium through its
 chromedriver), against `motir-supervisor web` and a running supervisor:
-log in, find a failed job, retry it, see it succeed."""
+log in, find a failed job, unfold its error history, retry it, see it
+succeed."""
 
 import os
 import shutil
@@ -116,6 +117,14 @@ def test_log_in_find_a_failed_job_retry_it_and_see_it_succeed(
     follow(row.find_element(By.LINK_TEXT, str(job_id)))
     assert browser.find_element(By.TAG_NAME, "h1").text == f"Job {job_id}: flaky"
     assert "PermanentFailure" in browser.find_element(By.CSS_SELECTOR, ".last-error").text
+    # The error history: the attempt's error line, its traceback folded
+    # until the line is clicked.
+    entry = browser.find_element(By.CSS_SELECTOR, '.error-history tr[data-attempt="1"]')
+    assert "PermanentFailure: the marker" in entry.find_element(By.TAG_NAME, "summary").text
+    traceback = entry.find_element(By.CSS_SELECTOR, "pre.traceback")
+    assert not traceback.is_displayed()
+    entry.find_element(By.TAG_NAME, "summary").click()
+    assert traceback.is_displayed() and "flaky.py" in traceback.text
     # The payload's markup is shown as text, never run.
     assert "<script>alert('payload')</script>" in browser.find_element(
         By.CSS_SELECTOR, ".payload").text
@@ -134,6 +143,8 @@ def test_log_in_find_a_failed_job_retry_it_and_see_it_succeed(
     assert sql.rows("SELECT state, attempts FROM job_queue WHERE id = %s",
                     (job_id,)) == [("succeeded", 1)]
     assert "succeeded" in text()
+    # Its success keeps the history of the attempt that failed.
+    assert len(browser.find_elements(By.CSS_SELECTOR, ".error-history tr[data-attempt]")) == 1
 
     # Pausing the queue from its page, and resuming it.
     follow(browser.find_element(By.LINK_TEXT, "Queues"))

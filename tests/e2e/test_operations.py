@@ -126,6 +126,30 @@ def test_retry_cancel_and_prune_commands(database_url, sql):
     assert state_of(sql, pending) == "cancelled"  # finished just now: kept
 
 
+def test_failed_jobs_are_pruned_by_hand_and_by_runs_retention(database_url, sql,
+                                                              start_supervisor):
+    def ended(state, hours):
+        return sql.value("INSERT INTO job_queue (kind, state, finished_at) VALUES"
+                         " ('x', %s, now() - make_interval(hours => %s)) RETURNING id",
+                         (state, hours))
+    old_failed, new_failed, old_succeeded = ended("failed", 5), ended("failed", 1), ended(
+        "succeeded", 5)
+    result = cli(database_url, "prune", "--state", "failed", "--older-than", "2")
+    assert result.stdout.strip() == "deleted 1 failed jobs"
+    assert [state_of(sql, i) for i in (old_failed, new_failed, old_succeeded)] == [
+        None, "failed", "succeeded"]
+    result = cli(database_url, "prune", "--state", "pending", "--older-than", "2")
+    assert result.returncode == 2 and "'pending' is not one of" in result.stderr
+
+    # run's reaper deletes the failed jobs past --keep-failed-hours at its
+    # first pass, and keeps the others.
+    old_failed = ended("failed", 5)
+    start_supervisor("--workers", "1", "--keep-failed-hours", "2")
+    wait_until(lambda: state_of(sql, old_failed) is None, 15,
+               message="the old failed job to be pruned")
+    assert [state_of(sql, i) for i in (new_failed, old_succeeded)] == ["failed", "succeeded"]
+
+
 def test_cancelling_a_running_job_stops_it(executions, start_supervisor, database_url):
     start_supervisor("--workers", "1", "--lease-seconds", "6")
     job_id = executions.value("INSERT INTO job_queue (kind, payload) VALUES"

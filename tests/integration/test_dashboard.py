@@ -146,6 +146,33 @@ def test_one_job_shows_its_payload_attempts_error_and_checkpoint(client, sql):
     assert client.get("/jobs/x", headers=credentials()).status_code == 404
 
 
+def test_a_job_shows_its_error_history_with_each_traceback_folded(client, sql, store):
+    evil = "<img src=x onerror=alert(1)>"
+    job_id = insert(sql, kind="sync_order", max_attempts=3)
+    for attempt, error in enumerate((
+            f"ValueError: partner answered 503 {evil}\nTraceback (innermost last):\n"
+            f'  File "jobs.py", line 12, in sync_order {evil}\n',
+            "worker host:1:2 was killed by signal 9"), start=1):
+        store.claim_due_jobs("w", 1, 30, None)
+        store.record_outcomes("w", [db.Outcome(job_id, error)])
+        sql.rows("UPDATE job_queue SET run_at = now() WHERE id = %s", (job_id,))
+    text = page(client, f"/jobs/{job_id}")
+    assert "<img src=x" not in text
+    history = text[text.index("Error history</h2>"):text.index("Checkpoint</h2>")]
+    rows = re.findall(r'<tr data-attempt="(\d)">(.*?)</tr>', history, re.S)
+    assert [attempt for attempt, _ in rows] == ["1", "2"]
+    first, second = (html.unescape(row) for _, row in rows)
+    # The error line is the summary; its traceback unfolds under it.
+    assert re.search(r"<summary[^>]*>ValueError: partner answered 503 <img src=x onerror="
+                     r"alert\(1\)></summary>\s*<pre[^>]*>ValueError: .*\nTraceback \(innermost"
+                     r' last\):\n  File "jobs.py", line 12, in sync_order', first, re.S), first
+    assert " UTC</td>" in first
+    # A failure without a traceback has nothing to unfold.
+    assert "worker host:1:2 was killed by signal 9" in second and "<details>" not in second
+    plain = insert(sql, kind="noop")
+    assert "Error history</h2>\n<p>None.</p>" in page(client, f"/jobs/{plain}")
+
+
 def test_a_succeeded_job_shows_its_output_and_key_escaped(client, sql):
     evil = "<script>alert('out')</script>"
     job_id = insert(sql, kind="sync_account", state="succeeded", concurrency_key="account:42",

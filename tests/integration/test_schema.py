@@ -20,7 +20,7 @@ SPEC_COLUMNS = {
     "checkpoint": "jsonb", "started_at": "timestamp with time zone",
     "cancel_requested": "boolean", "priority": "smallint", "unique_key": "text",
     "limited": "boolean", "concurrency_key": "text", "parked": "boolean", "output": "jsonb",
-    "trace_context": "jsonb",
+    "trace_context": "jsonb", "errors": "jsonb",
 }
 
 

@@ -15,6 +15,8 @@ from motir_supervisor.config import Config, ConfigError
     ({"drain_seconds": -1}, "--drain-seconds"),
     ({"max_jobs_per_worker": -1}, "--max-jobs-per-worker"),
     ({"max_worker_memory_mb": -5}, "--max-worker-memory"),
+    ({"retention_hours": -1}, "--retention-hours"),
+    ({"keep_failed_hours": -1}, "--keep-failed-hours"),
 ])
 def test_config_rejects_what_cannot_work(kwargs, fragment):
     with pytest.raises(ConfigError, match=fragment):

@@ -100,6 +100,15 @@ SELECT id, queue, kind, state, priority, unique_key, attempts, max_attempts,
 FROM job_queue
 WHERE id = %(id)s;
 
+-- dashboard_job_errors --
+-- A job's error history (migrations/0017), oldest first, one row an entry.
+SELECT (e.entry->>'attempt')::integer AS attempt, (e.entry->>'at')::timestamptz AS at,
+       e.entry->>'error' AS error, split_part(e.entry->>'error', E'\n', 1) AS error_line,
+       e.entry->>'traceback' AS traceback
+FROM job_queue AS j, jsonb_array_elements(j.errors) WITH ORDINALITY AS e(entry, n)
+WHERE j.id = %(id)s
+ORDER BY e.n;
+
 -- dashboard_running --
 -- What runs now and who claimed it, oldest first.
 SELECT id, queue, kind, 'running' AS state, attempts, max_attempts, locked_by, started_at,

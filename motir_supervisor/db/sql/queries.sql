@@ -906,6 +906,8 @@ SET state = d.state,
     finished_at = CASE WHEN d.state = 'pending' THEN NULL ELSE now() END,
     attempts = CASE WHEN d.snoozed THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
     last_error = CASE WHEN d.snoozed THEN j.last_error ELSE d.error END,
+    errors = CASE WHEN d.snoozed THEN j.errors
+                  ELSE job_queue_errors_with(j.errors, j.attempts, d.error) END,
     locked_by = NULL,
     lease_expires_at = NULL
 FROM decided AS d
@@ -964,6 +966,7 @@ SET state = CASE WHEN cancel_requested THEN 'cancelled'
                   ELSE now() + job_queue_retry_delay(kind, attempts) END,
     finished_at = CASE WHEN cancel_requested OR attempts >= max_attempts THEN now() END,
     last_error = %(error)s,
+    errors = job_queue_errors_with(errors, attempts, %(error)s),
     locked_by = NULL,
     lease_expires_at = NULL
 WHERE locked_by = ANY(%(claimants)s::text[])
@@ -1004,6 +1007,8 @@ SET state = CASE WHEN j.cancel_requested THEN 'cancelled'
     run_at = CASE WHEN j.cancel_requested OR j.attempts >= j.max_attempts THEN j.run_at
                   ELSE now() + job_queue_retry_delay(j.kind, j.attempts) END,
     last_error = 'lease of ' || j.locked_by || ' expired at ' || j.lease_expires_at::text,
+    errors = job_queue_errors_with(j.errors, j.attempts, 'lease of ' || j.locked_by
+                                   || ' expired at ' || j.lease_expires_at::text),
     locked_by = NULL,
     lease_expires_at = NULL
 FROM stale
@@ -1327,10 +1332,12 @@ ORDER BY queue;
 -- prune_finished --
 -- One small batch per statement: retention never holds many row locks or
 -- runs long, and SKIP LOCKED keeps concurrent pruners out of each other's way.
+-- The states are one group of db.PRUNED_TOGETHER, each a partial index's
+-- rows (migrations/0002 and 0005), which the batch walks by age.
 DELETE FROM job_queue
 WHERE id IN (
     SELECT id FROM job_queue
-    WHERE state IN ('succeeded', 'cancelled')
+    WHERE state = ANY(%(states)s::text[])
       AND finished_at < now() - make_interval(secs => %(older_than_seconds)s)
     ORDER BY finished_at
     LIMIT %(limit)s

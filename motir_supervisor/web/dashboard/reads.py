@@ -126,8 +126,12 @@ class DashboardStore:
         return rows, None
 
     def job(self, job_id: int) -> dict[str, Any] | None:
+        """The job's row, its error history under "errors"; None for an unknown id."""
         rows = self._dicts("dashboard_job", {"id": job_id})
-        return rows[0] if rows else None
+        if not rows:
+            return None
+        rows[0]["errors"] = self._dicts("dashboard_job_errors", {"id": job_id})
+        return rows[0]
 
     def running(self) -> list[dict[str, Any]]:
         return self._dicts("dashboard_running", {"limit": RUNNING_SHOWN})
