@@ -302,11 +302,12 @@ def status(database_url: str | None) -> None:
                        + (", ".join(f"{key} ({r} running, {w} waiting)" for key, r, w in busiest)
                           or "none"))
     click.echo("schedules:" + ("" if report["schedules"] else " none"))
-    for kind, spec, last in report["schedules"]:
-        upcoming = Schedule.from_spec(kind, spec).following(
-            report["now"].astimezone(datetime.timezone.utc))
-        click.echo(f"  {kind:<20} {spec:<16} last {instant_text(last)},"
-                   f" next {instant_text(upcoming)}")
+    for kind, spec, tz, last in report["schedules"]:
+        schedule = Schedule.from_spec(kind, spec, tz)
+        upcoming = schedule.following(report["now"])
+        local = f" ({upcoming.astimezone(schedule.zone):%Y-%m-%d %H:%M %Z})" if tz else ""
+        click.echo(f"  {kind:<20} {spec:<16} {tz or 'UTC':<16} last {instant_text(last)},"
+                   f" next {instant_text(upcoming)}{local}")
 
 
 @main.command()

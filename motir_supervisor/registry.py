@@ -85,7 +85,9 @@ _PAYLOAD_LOCK = threading.Lock()
 
 
 def job(kind: str, *, timeout: float | None = None,
-        schedule: str | int | float | None = None,
+        schedule: str | int | float | None = None, tz: str | None = None,
+        schedule_payload: dict[str, Any] | None = None, schedule_queue: str | None = None,
+        schedule_priority: int | None = None,
         max_running: int | None = None, max_running_per_key: int | None = None,
         rate_limit: tuple[int, float] | None = None, max_attempts: int | None = None,
         retry: policies.Backoff | None = None,
@@ -98,8 +100,12 @@ def job(kind: str, *, timeout: float | None = None,
 
     An ``async def`` handler runs on the worker's event loop; a plain one on
     one of the worker's handler threads. ``schedule`` (a five-field cron
-    expression in UTC, or seconds) also enqueues the kind at each instant of
-    it; the instant is in ``j.payload["scheduled_for"]``. ``max_running``
+    expression, or seconds) also enqueues the kind at each instant of it;
+    the cron expression is read in UTC, or in the time zone ``tz`` names
+    ("Europe/Paris"). Each instant's job has ``schedule_payload`` (a dict)
+    with the instant added as ``"scheduled_for"``, and goes to
+    ``schedule_queue`` (the kind's ``queue``, else "default") at
+    ``schedule_priority`` (the kind's ``priority``, else 0). ``max_running``
     caps how many jobs of the kind run at once across every worker of every
     supervisor; ``max_running_per_key`` how many with one ``concurrency_key``
     (jobs without a key are not limited by it); ``rate_limit=(N, S)`` how
@@ -134,7 +140,19 @@ def job(kind: str, *, timeout: float | None = None,
     parsed = None
     if schedule is not None:
         from .schedule import Schedule
-        parsed = Schedule.parse(kind, schedule)  # a bad one fails at import, naming the kind
+        # A bad one fails at import, naming the kind.
+        parsed = Schedule.parse(
+            kind, schedule, tz=tz, payload=schedule_payload,
+            queue=(kind_policy.queue or "default") if schedule_queue is None else schedule_queue,
+            priority=((kind_policy.priority or 0) if schedule_priority is None
+                      else schedule_priority))
+    else:
+        about_the_schedule: dict[str, object] = {
+            "tz": tz, "schedule_payload": schedule_payload, "schedule_queue": schedule_queue,
+            "schedule_priority": schedule_priority}
+        for name, given in about_the_schedule.items():
+            if given is not None:
+                raise ValueError(f"{name} of {kind!r} is for a schedule, and it has none")
 
     def register(handler: H) -> H:
         if inspect.isgeneratorfunction(handler) or inspect.isasyncgenfunction(handler):

@@ -99,16 +99,20 @@ class Operations:
         """The database's clock, as an aware datetime."""
         return self.session.run("database_now").value("now")
 
-    def enqueue_scheduled(self, kind: str, spec: str, instant: Any,
-                          instant_text: str) -> int | None:
+    def enqueue_scheduled(self, kind: str, spec: str, tz: str | None, instant: Any,
+                          instant_text: str, payload_json: str, queue: str,
+                          priority: int) -> int | None:
         """The new job's id, or None when another supervisor enqueued this
-        instant (or a later one) first (see enqueue_scheduled in queries.sql)."""
+        instant (or a later one) first (see enqueue_scheduled in queries.sql).
+        The job's payload is the object ``payload_json`` with
+        "scheduled_for" added."""
         return self.session.run("enqueue_scheduled", {
-            "kind": kind, "spec": spec, "instant": instant,
-            "instant_text": instant_text}).value("id")
+            "kind": kind, "spec": spec, "tz": tz, "instant": instant,
+            "instant_text": instant_text, "payload": payload_json, "queue": queue,
+            "priority": priority}).value("id")
 
     def schedules(self) -> list[ScheduleSeen]:
-        """(kind, spec, last instant) of every schedule the fleet has seen."""
+        """(kind, spec, time zone, last instant) of every schedule the fleet has seen."""
         return SCHEDULES.of(self.session.run("schedules"))
 
     def limits(self) -> dict[str, Limits]:

@@ -182,6 +182,8 @@ class ScheduleSeen(NamedTuple):
 
     kind: str
     spec: str
+    #: The cron expression's time zone; None for UTC.
+    tz: str | None
     last_instant: Any
 
 

@@ -1,7 +1,8 @@
 """Periodic jobs: each scheduled instant enqueued once, across every supervisor.
 
 A kind registered with ``@job("kind", schedule=...)`` is enqueued at each
-instant of its schedule (see :mod:`..schedule`). Every
+instant of its schedule, with the schedule's payload, queue and priority
+(see :mod:`..schedule`). Every
 supervisor runs a :class:`Scheduler`; which of them enqueues an instant is
 decided by the database, in one statement (``enqueue_scheduled`` in
 queries.sql): the instant advances the kind's row of ``job_queue_schedules``
@@ -55,8 +56,9 @@ class Scheduler:
             instant = schedule.latest(now)
             if self.settled.get(schedule.kind) == instant:
                 continue
-            job_id = self.store.enqueue_scheduled(schedule.kind, schedule.spec, instant,
-                                                  instant_text(instant))
+            job_id = self.store.enqueue_scheduled(
+                schedule.kind, schedule.spec, schedule.tz, instant, instant_text(instant),
+                schedule.payload_json, schedule.queue, schedule.priority)
             self.settled[schedule.kind] = instant
             if job_id is not None:
                 enqueued.append(job_id)

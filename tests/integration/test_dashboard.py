@@ -370,6 +370,18 @@ def test_schedules_show_their_next_instant(client, sql):
     assert re.search(r"\d{4}-\d\d-\d\d 03:00:00\.000 UTC</td>\s*</tr>", text)
 
 
+def test_schedules_show_their_time_zone_and_next_local_instant(client, sql):
+    sql.rows("INSERT INTO job_queue_schedules (kind, spec, tz, last_instant) VALUES"
+             " ('paris_report', '0 9 * * *', 'Europe/Paris', '2026-01-01 08:00+00'),"
+             " ('nightly', '0 3 * * *', NULL, '2026-01-01 03:00+00')")
+    text = page(client, "/schedules")
+    assert re.search(r"<code>0 9 \* \* \*</code></td>\s*<td>Europe/Paris</td>", text)
+    assert re.search(r"<code>0 3 \* \* \*</code></td>\s*<td>UTC</td>", text)
+    # 09:00 in Paris is 08:00 UTC in winter, 07:00 in summer.
+    assert re.search(r"\d{4}-\d\d-\d\d 0[78]:00:00\.000 UTC"
+                     r" \(\d{4}-\d\d-\d\d 09:00 CES?T\)</td>", text)
+
+
 def test_an_unreachable_database_is_one_line_without_the_password():
     client = Client(create_app("postgresql://app:hunter2secret@127.0.0.1:1/motir", PASSWORD))
     response = client.get("/jobs", headers=credentials())

@@ -8,7 +8,9 @@ import re
 import psycopg2
 import pytest
 
-from motir_supervisor import db
+from click.testing import CliRunner
+
+from motir_supervisor import cli, db
 from motir_supervisor.maintenance.scheduler import Scheduler
 from motir_supervisor.schedule import Schedule, instant_text
 from tests.helpers import race, state_of
@@ -227,3 +229,78 @@ def test_a_scheduler_that_was_away_enqueues_only_the_latest_missed_instant(store
     again = Scheduler(store, [Schedule.parse("tick", 60)])
     assert again.run_once(EPOCH + datetime.timedelta(minutes=10, seconds=30)) == []
     assert len(again.run_once(EPOCH + datetime.timedelta(minutes=11))) == 1
+
+
+def _scheduled_for(sql, kind):
+    return [text for text, in sql.rows(
+        "SELECT payload ->> 'scheduled_for' FROM job_queue WHERE kind = %s ORDER BY id",
+        (kind,))]
+
+
+@pytest.mark.parametrize("start, end, expected", [
+    # Spring forward: 02:30 does not exist on 29 March; it runs at 03:00 CEST.
+    ("2026-03-27 12:00", "2026-03-31 12:00",
+     ["2026-03-28T01:30:00+00:00", "2026-03-29T01:00:00+00:00", "2026-03-30T00:30:00+00:00",
+      "2026-03-31T00:30:00+00:00"]),
+    # Fall back: 02:30 comes twice on 25 October; it runs at the first.
+    ("2026-10-23 12:00", "2026-10-27 12:00",
+     ["2026-10-24T00:30:00+00:00", "2026-10-25T00:30:00+00:00", "2026-10-26T01:30:00+00:00",
+      "2026-10-27T01:30:00+00:00"]),
+])
+def test_a_zoned_schedule_enqueues_each_local_instant_once_across_a_change_of_offset(
+        database_url, sql, start, end, expected):
+    """Two supervisors' schedulers look every 5 minutes across Paris's change
+    of offset, and a third starts inside it (in the repeated hour, for the
+    fall-back): each day's 02:30 is enqueued once, by the wall clock."""
+    stores = [db.JobStore(database_url) for _ in range(3)]
+    try:
+        def scheduler(store):
+            return Scheduler(store, [Schedule.parse("paris", "30 2 * * *", tz="Europe/Paris")])
+        schedulers = [scheduler(stores[0]), scheduler(stores[1])]
+        now = datetime.datetime.fromisoformat(start).replace(tzinfo=datetime.timezone.utc)
+        late_start = (now + datetime.timedelta(days=2)).replace(hour=1, minute=20)
+        while now <= datetime.datetime.fromisoformat(end).replace(tzinfo=datetime.timezone.utc):
+            if now == late_start:
+                schedulers.append(scheduler(stores[2]))
+            for each in schedulers:
+                each.run_once(now)
+            now += datetime.timedelta(minutes=5)
+        assert len(schedulers) == 3
+    finally:
+        for store in stores:
+            store.close()
+    assert _scheduled_for(sql, "paris") == expected
+    assert sql.rows("SELECT spec, tz FROM job_queue_schedules WHERE kind = 'paris'") == [
+        ("30 2 * * *", "Europe/Paris")]
+
+
+def test_a_schedule_enqueues_its_payload_on_its_queue_at_its_priority(store, sql):
+    digest = Schedule.parse("digest", 60, payload={"list": "weekly", "n": 3}, queue="mail",
+                            priority=-2)
+    scheduler = Scheduler(store, [digest, Schedule.parse("tick", 60)])
+    scheduler.run_once(EPOCH)  # first sight
+    assert len(scheduler.run_once(EPOCH + datetime.timedelta(minutes=1))) == 2
+    instant = instant_text(EPOCH + datetime.timedelta(minutes=1))
+    assert sql.rows("SELECT kind, queue, priority, payload, unique_key FROM job_queue"
+                    " ORDER BY kind") == [
+        ("digest", "mail", -2, {"list": "weekly", "n": 3, "scheduled_for": instant},
+         f"schedule:digest:{instant}"),
+        ("tick", "default", 0, {"scheduled_for": instant}, f"schedule:tick:{instant}")]
+    # Once per instant on its own queue too.
+    again = Scheduler(store, [digest])
+    assert again.run_once(EPOCH + datetime.timedelta(minutes=1, seconds=30)) == []
+    assert sql.value("SELECT count(*) FROM job_queue WHERE kind = 'digest'") == 1
+
+
+def test_status_shows_each_schedule_s_time_zone_and_its_next_local_instant(database_url, sql):
+    sql.rows("INSERT INTO job_queue_schedules (kind, spec, tz, last_instant) VALUES"
+             " ('paris_report', '0 9 * * *', 'Europe/Paris', '2026-01-01 08:00+00'),"
+             " ('nightly', '0 3 * * *', NULL, '2026-01-01 03:00+00')")
+    result = CliRunner().invoke(cli.main, ["status", "--database-url", database_url])
+    assert result.exit_code == 0, result.output
+    assert re.search(r"nightly +0 3 \* \* \* +UTC +last 2026-01-01T03:00:00\+00:00,"
+                     r" next \d{4}-\d\d-\d\dT03:00:00\+00:00\n", result.output)
+    # 09:00 in Paris is 08:00 UTC in winter, 07:00 in summer.
+    assert re.search(r"paris_report +0 9 \* \* \* +Europe/Paris +last 2026-01-01T08:00:00"
+                     r"\+00:00, next \d{4}-\d\d-\d\dT0[78]:00:00\+00:00"
+                     r" \(\d{4}-\d\d-\d\d 09:00 CES?T\)\n", result.output)

@@ -1096,17 +1096,20 @@ SELECT clock_timestamp() AS now;
 -- then finds it advanced and inserts nothing. A kind seen for the first time
 -- gets its row and no job (the upsert inserted rather than updated: xmax is
 -- 0): it starts with its next instant, not with one that passed before it
--- was deployed.
+-- was deployed. The job is the schedule's: its payload (an object) with the
+-- instant added, its queue and priority.
 WITH advanced AS (
-    INSERT INTO job_queue_schedules AS s (kind, spec, last_instant)
-    VALUES (%(kind)s, %(spec)s, %(instant)s)
+    INSERT INTO job_queue_schedules AS s (kind, spec, tz, last_instant)
+    VALUES (%(kind)s, %(spec)s, %(tz)s, %(instant)s)
     ON CONFLICT (kind) DO UPDATE
-        SET last_instant = excluded.last_instant, spec = excluded.spec, updated_at = now()
+        SET last_instant = excluded.last_instant, spec = excluded.spec, tz = excluded.tz,
+            updated_at = now()
         WHERE s.last_instant < excluded.last_instant
     RETURNING kind, xmax = 0 AS first_sight
 )
-INSERT INTO job_queue (kind, payload, unique_key)
-SELECT %(kind)s, jsonb_build_object('scheduled_for', %(instant_text)s::text),
+INSERT INTO job_queue (kind, queue, priority, payload, unique_key)
+SELECT %(kind)s, %(queue)s, %(priority)s,
+       %(payload)s::jsonb || jsonb_build_object('scheduled_for', %(instant_text)s::text),
        'schedule:' || %(kind)s || ':' || %(instant_text)s
 FROM advanced
 WHERE NOT first_sight
@@ -1115,7 +1118,7 @@ ON CONFLICT (queue, unique_key)
 RETURNING id;
 
 -- schedules --
-SELECT kind, spec, last_instant FROM job_queue_schedules ORDER BY kind;
+SELECT kind, spec, tz, last_instant FROM job_queue_schedules ORDER BY kind;
 
 -- limits --
 SELECT kind, max_running, max_running_per_key, rate_limit, rate_seconds

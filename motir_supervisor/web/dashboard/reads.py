@@ -143,12 +143,17 @@ class DashboardStore:
     def schedule_rows(self) -> list[dict[str, Any]]:
         now = self.database_now().astimezone(datetime.timezone.utc)
         rows = []
-        for kind, spec, last in self.actions.schedules():
+        for kind, spec, tz, last in self.actions.schedules():
+            local = None
             try:
-                following: Any = Schedule.from_spec(kind, spec).following(now)
+                schedule = Schedule.from_spec(kind, spec, tz)
+                following: Any = schedule.following(now)
+                if tz is not None:
+                    local = following.astimezone(schedule.zone).strftime("%Y-%m-%d %H:%M %Z")
             except (ValueError, OverflowError) as exc:  # ScheduleError among them
                 # A row written by hand, or by a release with other rules:
                 # shown as it is, not a page that fails.
                 following = f"invalid: {exc}"
-            rows.append({"kind": kind, "spec": spec, "last": last, "next": following})
+            rows.append({"kind": kind, "spec": spec, "tz": tz or "UTC", "last": last,
+                         "next": following, "next_local": local})
         return rows
