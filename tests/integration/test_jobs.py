@@ -79,17 +79,14 @@ def test_get_job_reads_what_a_run_left(conn, sql):
     assert job.finished_at is not None
 
 
-def test_the_errors_column_is_passed_through_when_the_table_has_it(conn, sql):
-    job_id = insert(sql)
-    assert get_job(conn, job_id).errors == ()
-    conn.rollback()  # its read holds a lock that ALTER TABLE waits for
-    sql.rows("ALTER TABLE job_queue ADD COLUMN errors jsonb")
+def test_a_job_s_error_history_comes_with_it(conn, sql, store):
+    job_id = insert(sql, max_attempts=3)
     assert get_job(conn, job_id).errors == ()  # NULL reads as none
     conn.rollback()
-    history = [{"attempt": 1, "error": "ValueError: boom"}]
-    sql.rows("UPDATE job_queue SET errors = %s WHERE id = %s",
-             (psycopg2.extras.Json(history), job_id))
-    assert get_job(conn, job_id).errors == tuple(history)
+    [claimed], _ = store.claim_due_jobs("w", 1, 30, None)
+    store.record_outcomes("w", [db.Outcome(claimed.id, "ValueError: boom", 0.0)])
+    [entry] = get_job(conn, job_id).errors
+    assert (entry["attempt"], entry["error"]) == (1, "ValueError: boom")
 
 
 def test_a_connection_that_makes_dict_rows_still_gets_job_rows(database_url, sql):

@@ -1244,12 +1244,10 @@ ORDER BY l.kind;
 -- and queue (a NULL array filters nothing), newest or oldest first. psycopg2
 -- sends the parameters as literals, so the planner folds away the filters
 -- left NULL and the order not asked for: a look-up by id reads the primary
--- key, and a find walks it from the end it starts at. errors is read from
--- the row's jsonb form: on a schema without that column the job reads as
--- having none, rather than the statement failing.
+-- key, and a find walks it from the end it starts at.
 SELECT j.id, j.kind, j.queue, j.state, j.payload, j.priority, j.attempts, j.max_attempts,
        j.run_at, j.created_at, j.started_at, j.finished_at, j.last_error, j.output,
-       to_jsonb(j) -> 'errors' AS errors, j.unique_key, j.concurrency_key, j.cancel_requested
+       j.errors, j.unique_key, j.concurrency_key, j.cancel_requested
 FROM job_queue AS j
 WHERE (%(ids)s::bigint[] IS NULL OR j.id = ANY (%(ids)s::bigint[]))
   AND (%(kinds)s::text[] IS NULL OR j.kind = ANY (%(kinds)s::text[]))
