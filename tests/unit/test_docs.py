@@ -378,3 +378,24 @@ def test_the_api_reference_lists_every_option_of_job():
                 if heading == "The options of `@job`")
     listed = [row[0].strip("`") for row in rows[1:]]
     assert listed == list(inspect.signature(registry.job).parameters)
+
+
+# -- tables of contents ------------------------------------------------------------
+
+
+def test_each_table_of_contents_lists_the_sections_in_order(document):
+    """A page that opens with a list of links to its own sections lists every
+    one of them (its level-2 headings), in the order they come."""
+    own = []
+    for line in document.prose.splitlines():
+        if line.startswith("##"):
+            break  # the contents come before the first section
+        if line.lstrip().startswith("- "):
+            own += [target[1:] for target in LINK.findall(line) if target.startswith("#")]
+    if not own:
+        return  # no table of contents
+    sections = [anchor for anchor, level in zip(document.heading_anchors(), document.levels)
+                if level == 2]
+    listed = [anchor for anchor in own if anchor in sections]
+    assert listed == sections, f"{document.path.name}: its contents list {listed}, its" \
+                               f" sections are {sections}"
