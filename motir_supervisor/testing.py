@@ -26,13 +26,17 @@ from typing import Any, Callable, ContextManager, Sequence
 
 from . import db, outcomes, policy, registry
 # What a piece of code enqueued, checked where users look for test helpers.
-from .assertions import (all_enqueued, assert_enqueued, payload_holds,  # noqa: F401
-                         refute_enqueued)
+from .assertions import all_enqueued, assert_enqueued, payload_holds, refute_enqueued
 from .config import Config
 from .outcomes import Outcome
 from .worker import running
 from .worker.claims import Claim, Run
 from .worker.transactions import Transactions
+
+#: What an app's tests import; docs/api.md lists each (tests/unit/test_docs.py checks).
+__all__ = ["FAILED", "INTERRUPTED", "JobOutcome", "RETRY", "SNOOZED", "SUCCEEDED", "UnknownKind",
+           "all_enqueued", "assert_enqueued", "drain", "payload_holds", "refute_enqueued",
+           "run_job", "write_policies"]
 
 #: The claimant name drain's claims carry, as `status` shows them.
 CLAIMANT = f"motir-testing:{os.getpid()}"

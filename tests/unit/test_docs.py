@@ -4,13 +4,15 @@ they point to."""
 
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
 
 import click
 import pytest
 
-from motir_supervisor import cli
+import motir_supervisor
+from motir_supervisor import assertions, cli, registry, testing
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -80,6 +82,8 @@ class Document:
         #: (heading, [rows of cells]) for each table, under its nearest heading.
         self.tables: list[tuple[str, list[list[str]]]] = []
         self.headings: list[str] = []
+        #: Each heading's level: 1 for ``#``, 2 for ``##``, ...
+        self.levels: list[int] = []
         fenced = False
         heading = ""
         table: list[list[str]] | None = None
@@ -94,6 +98,7 @@ class Document:
             if line.startswith("#"):
                 heading = line.lstrip("#").strip()
                 self.headings.append(heading)
+                self.levels.append(len(line) - len(line.lstrip("#")))
             if line.startswith("|"):
                 if table is None:
                     table = []
@@ -109,16 +114,19 @@ class Document:
         self.spans = [" ".join(span.split()) for span in re.findall(r"`([^`]+)`", shown)]
 
     def anchors(self) -> set[str]:
-        """The heading anchors GitHub makes: lower case, punctuation dropped,
-        spaces to hyphens, a repeated one numbered."""
+        return set(self.heading_anchors())
+
+    def heading_anchors(self) -> list[str]:
+        """The anchor GitHub makes of each heading, in order: lower case,
+        punctuation dropped, spaces to hyphens, a repeated one numbered."""
         seen: dict[str, int] = {}
+        found = []
         for heading in self.headings:
             slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
             count = seen.get(slug, 0)
             seen[slug] = count + 1
-            if count:
-                seen[f"{slug}-{count}"] = 1
-        return set(seen)
+            found.append(f"{slug}-{count}" if count else slug)
+        return found
 
 
 def invocations(document: Document) -> list[tuple[str | None, list[str]]]:
@@ -284,3 +292,110 @@ def test_every_python_file_named_exists(document):
             elif word not in files:
                 problems.append(word)
     assert not problems, f"{document.path.name} names files that do not exist: {problems}"
+
+
+# -- the API reference -------------------------------------------------------------
+
+API = ROOT / "docs" / "api.md"
+#: A documented name: a bold code span, ``**`enqueue(conn, ...) -> Enqueued`**``.
+ENTRY = re.compile(r"\*\*`([^`]+)`\*\*")
+
+
+def api_sections() -> dict[str, str]:
+    """The prose of each level-2 section of docs/api.md, by its heading."""
+    sections: dict[str, list[str]] = {}
+    current: list[str] = []
+    for line in Document(API).prose.splitlines():
+        if line.startswith("## "):
+            current = sections.setdefault(line[3:].strip(), [])
+        else:
+            current.append(line)
+    return {heading: "\n".join(lines) for heading, lines in sections.items()}
+
+
+def entries(section: str) -> dict[str, str]:
+    """Each entry of a section: its name (``enqueue``, ``Job.transaction``)
+    and what its span says (the signature, for a function)."""
+    found = {}
+    for span in ENTRY.findall(section):
+        span = " ".join(span.split())
+        found[re.split(r"[( ]", span, maxsplit=1)[0]] = span
+    return found
+
+
+def parameters_named(signature: str) -> list[str]:
+    """The parameter names of a documented signature, in order."""
+    inside, depth = "", 0
+    for char in signature[signature.index("(") + 1:]:
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            if depth == 0:
+                break
+            depth -= 1
+        inside += char if depth or char != "," else "\n"
+    names = [re.sub(r"^\*+", "", part.strip()) for part in inside.split("\n")]
+    return [re.match(r"\w+", name).group(0) for name in names if name and name not in "*/"]
+
+
+def undocumented(module, documented: dict[str, str]) -> list[str]:
+    problems = []
+    for name in module.__all__:
+        if name not in documented:
+            problems.append(f"{module.__name__}.{name} is not in docs/api.md")
+            continue
+        value = getattr(module, name)
+        if inspect.isfunction(value):
+            wanted = list(inspect.signature(value).parameters)
+            if "(" not in documented[name]:
+                problems.append(f"{name}: no signature in docs/api.md")
+            elif parameters_named(documented[name]) != wanted:
+                problems.append(f"{name}: docs/api.md says {documented[name]!r},"
+                                f" the code takes {wanted}")
+    return problems
+
+
+def test_the_api_reference_lists_every_public_name_with_its_signature():
+    sections = api_sections()
+    problems = undocumented(motir_supervisor, entries(sections["`motir_supervisor`"]))
+    problems += undocumented(testing, entries(sections["`motir_supervisor.testing`"]))
+    assert not problems, problems
+
+
+def test_the_public_names_are_the_ones_exported():
+    # A name made public without a place in __all__ would escape the test above.
+    exported = [name for name, value in vars(motir_supervisor).items()
+                if not name.startswith("_") and not inspect.ismodule(value)]
+    assert sorted(exported) == sorted(motir_supervisor.__all__)
+    defined = [name for name, value in vars(testing).items()
+               if not name.startswith("_") and (inspect.isfunction(value) or inspect.isclass(value))
+               and value.__module__ in (testing.__name__, assertions.__name__)]
+    assert set(defined) <= set(testing.__all__), sorted(set(defined) - set(testing.__all__))
+
+
+def test_the_api_reference_lists_every_option_of_job():
+    rows = next(rows for heading, rows in Document(API).tables
+                if heading == "The options of `@job`")
+    listed = [row[0].strip("`") for row in rows[1:]]
+    assert listed == list(inspect.signature(registry.job).parameters)
+
+
+# -- tables of contents ------------------------------------------------------------
+
+
+def test_each_table_of_contents_lists_the_sections_in_order(document):
+    """A page that opens with a list of links to its own sections lists every
+    one of them (its level-2 headings), in the order they come."""
+    own = []
+    for line in document.prose.splitlines():
+        if line.startswith("##"):
+            break  # the contents come before the first section
+        if line.lstrip().startswith("- "):
+            own += [target[1:] for target in LINK.findall(line) if target.startswith("#")]
+    if not own:
+        return  # no table of contents
+    sections = [anchor for anchor, level in zip(document.heading_anchors(), document.levels)
+                if level == 2]
+    listed = [anchor for anchor in own if anchor in sections]
+    assert listed == sections, f"{document.path.name}: its contents list {listed}, its" \
+                               f" sections are {sections}"
