@@ -141,6 +141,7 @@ def run(database_url: str | None, workers: int, concurrency: int, apps: tuple[st
             max_worker_memory_mb=max_worker_memory_mb)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
+    _import_from_working_directory()
     for module in config.apps:
         if not _module_exists(module):
             raise click.ClickException(f"cannot import --app module {module!r}: no such module")
@@ -151,6 +152,15 @@ def run(database_url: str | None, workers: int, concurrency: int, apps: tuple[st
         raise click.ClickException(
             "the job_queue schema is missing or out of date: run `motir-supervisor migrate`")
     sys.exit(Supervisor(config).run())
+
+
+def _import_from_working_directory() -> None:
+    """An --app module in the directory the command runs in imports by its
+    name, as under ``python -m`` or gunicorn, without PYTHONPATH: the
+    console script's own path starts at its bin directory instead."""
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
 
 
 def _module_exists(module: str) -> bool:

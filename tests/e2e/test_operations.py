@@ -8,7 +8,9 @@ import os
 import signal
 import subprocess
 import urllib.error
+import sys
 import urllib.request
+from pathlib import Path
 
 import port_for
 import pytest
@@ -231,3 +233,30 @@ def test_the_fleet_exports_each_runs_wait_from_due_to_start(executions, start_su
     assert 60 <= metric(text, "motir_job_wait_seconds_sum", queue="late") < 70
     assert metric(text, "motir_job_wait_seconds_sum", queue="prompt") < 5
     assert "motir_job_wait_seconds_bucket{le=\"60.0\",queue=\"late\"} 0.0" in text
+
+
+def test_an_app_module_in_the_working_directory_runs_without_pythonpath(database_url, sql,
+                                                                        tmp_path):
+    # The console script, as a newcomer types it: `python -m` would put the
+    # working directory on the path by itself.
+    (tmp_path / "quickstart_jobs.py").write_text(
+        "from motir_supervisor import job\n\n\n"
+        "@job('greet_here')\n"
+        "def greet_here(j):\n"
+        "    return {'greeted': j.payload['name']}\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    process = subprocess.Popen(
+        [str(Path(sys.executable).with_name("motir-supervisor")), "--app", "quickstart_jobs",
+         "--workers", "1"], env={**env, "DATABASE_URL": database_url}, cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        [(job_id,)] = sql.rows("INSERT INTO job_queue (kind, payload)"
+                               " VALUES ('greet_here', '{\"name\": \"here\"}') RETURNING id")
+        wait_until(lambda: process.poll() is not None or state_of(sql, job_id) == "succeeded",
+                   15, message="the job to succeed")
+        assert process.poll() is None, process.stdout.read()
+        assert sql.value("SELECT output FROM job_queue WHERE id = %s", (job_id,)) == {
+            "greeted": "here"}
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
