@@ -164,3 +164,24 @@ def test_the_history_is_compressed_with_lz4_where_the_server_has_it(sql):
     # of failures several times slower (see migrations/0017).
     assert sql.value("SELECT attcompression FROM pg_attribute"
                      " WHERE attrelid = 'job_queue'::regclass AND attname = 'errors'") == "l"
+
+
+@pytest.mark.parametrize("history", ["null", '{"note": "set by hand"}', '"text"'])
+def test_a_history_that_is_not_a_list_does_not_stop_a_failure_being_written(
+        sql, store, history):
+    # A client's UPDATE (a JSON null from an ORM, an object) must not make
+    # every write of a failure fail with it: the batch it is in would stay
+    # running, and the reaper would meet the row in every batch it takes.
+    job_id, other = (sql.value("INSERT INTO job_queue (kind, max_attempts) VALUES ('x', 5)"
+                               " RETURNING id") for _ in range(2))
+    sql.rows("UPDATE job_queue SET errors = %s::jsonb", (history,))
+    store.claim_due_jobs("w", 10, 30, None)
+    assert store.record_outcomes("w", [db.Outcome(job_id, "RuntimeError: no"),
+                                       db.Outcome(other, "RuntimeError: no")]) == {
+        job_id: "pending", other: "pending"}
+    assert [e["error"] for e in _errors(sql, job_id)] == ["RuntimeError: no"]
+    sql.rows("UPDATE job_queue SET run_at = now(), errors = %s::jsonb", (history,))
+    store.claim_due_jobs("gone:1", 10, 30, None)
+    sql.rows("UPDATE job_queue SET lease_expires_at = now() - interval '1 s'")
+    assert Reaper(store, 60, 0).run_once().expired == 2
+    assert [e["attempt"] for e in _errors(sql, other)] == [2]

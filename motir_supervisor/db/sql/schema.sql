@@ -14,8 +14,9 @@ CREATE FUNCTION public.job_queue_errors_with(history jsonb, attempt_no integer, 
     AS $$
     SELECT CASE
         WHEN failure IS NULL THEN history
-        ELSE CASE WHEN jsonb_array_length(history) >= 20 THEN history - 1
-                  ELSE coalesce(history, '[]'::jsonb) END
+        ELSE CASE WHEN jsonb_typeof(history) IS DISTINCT FROM 'array' THEN '[]'::jsonb
+                  WHEN jsonb_array_length(history) >= 20 THEN history - 1
+                  ELSE history END
              || jsonb_build_array(jsonb_build_object(
                     'attempt', attempt_no,
                     'at', now(),

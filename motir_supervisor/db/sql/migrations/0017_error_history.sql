@@ -29,6 +29,9 @@ $$;
 -- often the cause and the later ones its echoes (a half-done effect met
 -- again), and a job that keeps failing for days must not grow its row
 -- without end.
+-- A history that is not a list (a JSON null or an object some client
+-- wrote) starts afresh: a failure is written whatever the column holds,
+-- or the row would stay running and fail every batch it is met in.
 -- One SELECT of one expression, STABLE: the planner writes it into the
 -- statements that call it (record_outcomes, fail_claims_of_dead and
 -- expire_stale_leases in queries.sql) rather than calling it row by row.
@@ -37,8 +40,9 @@ RETURNS jsonb
 LANGUAGE sql STABLE AS $$
     SELECT CASE
         WHEN failure IS NULL THEN history
-        ELSE CASE WHEN jsonb_array_length(history) >= 20 THEN history - 1
-                  ELSE coalesce(history, '[]'::jsonb) END
+        ELSE CASE WHEN jsonb_typeof(history) IS DISTINCT FROM 'array' THEN '[]'::jsonb
+                  WHEN jsonb_array_length(history) >= 20 THEN history - 1
+                  ELSE history END
              || jsonb_build_array(jsonb_build_object(
                     'attempt', attempt_no,
                     'at', now(),
