@@ -37,6 +37,11 @@ DEFAULT_JITTER = 0.5
 #: Delays are written to job_queue_kinds for this many attempts at most; a
 #: later attempt waits as the last one written.
 MAX_DELAYS_WRITTEN = 100
+#: The longest a retry waits, a century: a delay that grows without end
+#: (a retry function tenfold an attempt) would put run_at past the end of
+#: PostgreSQL's calendar, and fail the write of every outcome beside it.
+#: The schema's job_queue_retry_delay (migrations/0016) holds the same.
+MAX_DELAY_SECONDS = 100 * 365 * 86400.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +67,7 @@ class Retry:
 
     def nominal(self, attempt: int) -> float:
         """The delay after failed attempt ``attempt`` (1-based), before jitter."""
-        return min(self.cap, self.base * 2 ** min(max(attempt - 1, 0), 32))
+        return min(self.cap, MAX_DELAY_SECONDS, self.base * 2 ** min(max(attempt - 1, 0), 32))
 
     def delay(self, attempt: int) -> float:
         nominal = self.nominal(attempt)
@@ -119,7 +124,7 @@ def _seconds(seconds: object, attempt: int) -> float:
             or not math.isfinite(seconds) or seconds < 0):
         raise ValueError(f"the retry function returned {seconds!r} for attempt {attempt};"
                          " it must return a finite number of seconds >= 0")
-    return float(seconds)
+    return min(float(seconds), MAX_DELAY_SECONDS)
 
 
 #: The policy of a kind that says nothing.

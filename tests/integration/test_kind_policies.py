@@ -127,6 +127,26 @@ def test_a_retry_function_s_delays_are_written_for_the_rescuer(store, sql):
     assert 299 < _wait_of(sql, beyond) <= 300  # the last delay written, no jitter
 
 
+def test_a_delay_past_the_calendar_does_not_stop_the_reaper_or_the_rescuer(store, sql):
+    # A retry function that grows tenfold an attempt passes the year 294276,
+    # where now() + the delay overflows: one such row failed every batch of
+    # the reaper it was in, and every settling of its dead worker, with the
+    # rows of other kinds beside it left running.
+    _write(store, steep=Policy(max_attempts=25, retry=lambda attempt: 60.0 * 10 ** attempt))
+    lapsed = _running(sql, "steep", 12, 25, lease="now() - interval '1 s'")
+    beside = _running(sql, "no_policy", 1, 3, lease="now() - interval '1 s'")
+    assert dict(store.expire_stale_leases()) == {lapsed: "pending", beside: "pending"}
+    dead = _running(sql, "steep", 20, 25)
+    assert dict(store.fail_claims_of_dead(["dead"], [dead], "killed")) == {dead: "pending"}
+    # Far off, and still a time a client can read (a year below 10000).
+    assert sql.value("SELECT extract(year FROM max(run_at)) FROM job_queue") < 10000
+    # A delay a client left NULL in the list is the fleet's, not the bound.
+    sql.rows("UPDATE job_queue_kinds SET retry_delays = '{NULL}' WHERE kind = 'steep'")
+    again = _running(sql, "steep", 1, 25)
+    store.fail_claims_of_dead(["dead"], [again], "killed")
+    assert 2 < _wait_of(sql, again) <= 5
+
+
 def test_writing_policies_changes_only_what_differs(store):
     assert _write(store, charge=CHARGE, plain=Policy()) == [
         "charge: max_attempts 3, queue billing, priority -2, retry delays 40, 80, 80s",

@@ -5,7 +5,7 @@ import pytest
 
 from motir_supervisor import PermanentFailure, Retry, job, outcomes, registry, testing
 from motir_supervisor.outcomes import Outcome
-from motir_supervisor.policy import DEFAULT_MAX_ATTEMPTS, FLEET, Policy
+from motir_supervisor.policy import DEFAULT_MAX_ATTEMPTS, FLEET, MAX_DELAY_SECONDS, Policy
 
 
 class Declined(Exception):
@@ -88,6 +88,14 @@ def test_the_kind_s_delays_and_failures_not_retried_decide_the_run():
 def test_a_retry_function_gives_the_delay_as_it_is():
     policy = registry.registration_for("policy_unit_stepped").policy
     assert outcomes.decide(RuntimeError(), 3, 25, False, 1, 1, policy).retry_in_seconds == 180
+
+
+def test_no_delay_is_longer_than_a_century():
+    # now() + a longer one would leave PostgreSQL's calendar.
+    steep = Policy(retry=lambda attempt: 60.0 * 10 ** attempt)
+    assert steep.delay(30, FLEET.retry or Retry()) == MAX_DELAY_SECONDS
+    assert Retry(base=1e13, cap=1e14, jitter=0).delay(3) == MAX_DELAY_SECONDS
+    assert max(steep.delays_written(Retry())[0]) == MAX_DELAY_SECONDS
 
 
 def test_a_retry_function_that_fails_for_an_attempt_falls_back_to_the_fleet_s(caplog):

@@ -347,12 +347,13 @@ $$;
 CREATE FUNCTION public.job_queue_retry_delay(job_kind text, attempt integer) RETURNS interval
     LANGUAGE sql
     AS $$
-    SELECT make_interval(secs => coalesce(
+    SELECT make_interval(secs => least(coalesce(
         (SELECT k.retry_delays[least(greatest(attempt, 1), cardinality(k.retry_delays))]
                 * (1 - k.retry_jitter * random())
          FROM job_queue_kinds AS k
          WHERE k.kind = job_kind),
-        least(3600, 5 * 2 ^ least(greatest(attempt - 1, 0), 32)) * (1 - 0.5 * random())))
+        least(3600, 5 * 2 ^ least(greatest(attempt - 1, 0), 32)) * (1 - 0.5 * random())),
+        3153600000))
 $$;
 
 --

@@ -59,15 +59,17 @@ CREATE TRIGGER job_queue_kind_defaults
 -- fleet's delays for a kind without its own), so that a job that kills its
 -- worker does not take down one worker after another in a quick loop. A
 -- kind no worker wrote waits the fleet's default delays: 5 s doubling up
--- to an hour, jitter over the upper half (policy.Retry).
+-- to an hour, jitter over the upper half (policy.Retry). No delay is longer
+-- than a century (policy.MAX_DELAY_SECONDS), so run_at stays a time.
 CREATE FUNCTION job_queue_retry_delay(job_kind text, attempt integer) RETURNS interval
 LANGUAGE sql VOLATILE AS $$
-    SELECT make_interval(secs => coalesce(
+    SELECT make_interval(secs => least(coalesce(
         (SELECT k.retry_delays[least(greatest(attempt, 1), cardinality(k.retry_delays))]
                 * (1 - k.retry_jitter * random())
          FROM job_queue_kinds AS k
          WHERE k.kind = job_kind),
-        least(3600, 5 * 2 ^ least(greatest(attempt - 1, 0), 32)) * (1 - 0.5 * random())))
+        least(3600, 5 * 2 ^ least(greatest(attempt - 1, 0), 32)) * (1 - 0.5 * random())),
+        3153600000))
 $$;
 
 ANALYZE job_queue_kinds;
