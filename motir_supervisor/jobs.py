@@ -191,8 +191,9 @@ def _reread(conn: psycopg2.extensions.connection, job_id: int) -> JobRow:
 
 
 def _job_row(record: db_jobs.JobRecord) -> JobRow:
-    return JobRow(**{**record._asdict(), "state": JobState(record.state),
-                     "errors": tuple(record.errors or ())})
+    # A history a client overwrote with something other than a list is none.
+    errors = tuple(record.errors) if isinstance(record.errors, list) else ()
+    return JobRow(**{**record._asdict(), "state": JobState(record.state), "errors": errors})
 
 
 def _connection(conn: Any) -> psycopg2.extensions.connection:

@@ -12,7 +12,7 @@ import pytest
 from werkzeug.test import Client
 
 import motir_supervisor.web.dashboard as dashboard
-from motir_supervisor import db
+from motir_supervisor import db, get_job
 from motir_supervisor.web import server as web
 from motir_supervisor.web.dashboard import create_app
 from motir_supervisor.web.dashboard.reads import PAGE_SIZE, DashboardStore, EndedPerMinute
@@ -171,6 +171,19 @@ def test_a_job_shows_its_error_history_with_each_traceback_folded(client, sql, s
     assert "worker host:1:2 was killed by signal 9" in second and "<details>" not in second
     plain = insert(sql, kind="noop")
     assert "Error history</h2>\n<p>None.</p>" in page(client, f"/jobs/{plain}")
+
+
+@pytest.mark.parametrize("history", ["null", '{"note": "set by hand"}'])
+def test_a_job_whose_errors_a_client_set_to_no_list_still_shows(
+        client, sql, database_url, history):
+    job_id = insert(sql, kind="sync_order")
+    sql.rows("UPDATE job_queue SET errors = %s::jsonb WHERE id = %s", (history, job_id))
+    assert "Error history</h2>\n<p>None.</p>" in page(client, f"/jobs/{job_id}")
+    conn = psycopg2.connect(database_url)
+    try:
+        assert get_job(conn, job_id).errors == ()
+    finally:
+        conn.close()
 
 
 def test_a_succeeded_job_shows_its_output_and_key_escaped(client, sql):

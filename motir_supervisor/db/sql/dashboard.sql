@@ -101,11 +101,14 @@ FROM job_queue
 WHERE id = %(id)s;
 
 -- dashboard_job_errors --
--- A job's error history (migrations/0017), oldest first, one row an entry.
+-- A job's error history (migrations/0017), oldest first, one row an entry;
+-- none where a client wrote something other than a list there.
 SELECT (e.entry->>'attempt')::integer AS attempt, (e.entry->>'at')::timestamptz AS at,
        e.entry->>'error' AS error, split_part(e.entry->>'error', E'\n', 1) AS error_line,
        e.entry->>'traceback' AS traceback
-FROM job_queue AS j, jsonb_array_elements(j.errors) WITH ORDINALITY AS e(entry, n)
+FROM job_queue AS j,
+     jsonb_array_elements(CASE WHEN jsonb_typeof(j.errors) = 'array' THEN j.errors END)
+         WITH ORDINALITY AS e(entry, n)
 WHERE j.id = %(id)s
 ORDER BY e.n;
 
