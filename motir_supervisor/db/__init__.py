@@ -42,20 +42,20 @@ from .limits import Limits
 from .migrations import (Applied, Migration, load_migrations, pending_migrations,
                          pending_sql)
 from .operations import PRUNED_TOGETHER, Operations
-from .rows import (Cancel, ClaimedJob, JobState, Lease, Outcome, Result, Retry, Rows,
-                   ScheduleSeen, Settled, generations_of)
+from .rows import (CancelResult, ClaimedJob, Lease, Outcome, Result, RetryResult, Rows,
+                   ScheduleSeen, Settled, StateOfJob, generations_of)
 from .session import Session
 from .statements import DECLARED, PREPARED, QUERIES, Declared, prepared_form, text_of
 from .store import ANY_QUEUE, CONNECTION_ERRORS, STATES, WAKEUP_CHANNEL, JobStore
 from .transactions import record_success_in_transaction, reset_session
 
 __all__ = [
-    "ANY_QUEUE", "AsyncConnection", "CONNECTION_ERRORS", "Cancel", "ClaimedJob", "Connection",
-    "DECLARED", "Declared", "JobState", "JobStore", "KindPolicy", "Lease", "Limits", "Migration",
-    "NewJob", "Operations", "Outcome", "PREPARED", "PRUNED_TOGETHER", "QUERIES", "Result", "Retry",
-    "Rows", "STATES", "ScheduleSeen", "Session", "Settled", "UNIQUE_KEY_TRIES", "WAKEUP_CHANNEL",
-    "connect", "describe_dsn", "encode_payload", "enqueue_jobs", "enqueue_jobs_async",
-    "generations_of", "load_migrations", "one_line", "prepared_form",
+    "ANY_QUEUE", "AsyncConnection", "CONNECTION_ERRORS", "CancelResult", "ClaimedJob", "Connection",
+    "DECLARED", "Declared", "JobStore", "KindPolicy", "Lease", "Limits", "Migration", "NewJob",
+    "Operations", "Outcome", "PREPARED", "PRUNED_TOGETHER", "QUERIES", "Result", "RetryResult",
+    "Rows", "STATES", "ScheduleSeen", "Session", "Settled", "StateOfJob", "UNIQUE_KEY_TRIES",
+    "WAKEUP_CHANNEL", "connect", "describe_dsn", "encode_payload", "enqueue_jobs",
+    "enqueue_jobs_async", "generations_of", "load_migrations", "one_line", "prepared_form",
     "record_success_in_transaction", "reset_session", "scrub", "text_of",
     # What a database has applied and has pending (migrate --status, --sql).
     "Applied", "pending_migrations", "pending_sql",

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, Sequence
 
 import psycopg2.extensions
 
-from .rows import CANCELS, RETRIES, Cancel, Result, Retry, Rows, result_of
+from .rows import CANCELS, RETRIES, CancelResult, Result, RetryResult, Rows, result_of
 from .statements import text_of
 
 
@@ -62,14 +62,14 @@ def job_by_id(conn: psycopg2.extensions.connection, job_id: int) -> JobRecord | 
     return found[0] if found else None
 
 
-def cancel_job(conn: psycopg2.extensions.connection, job_id: int) -> Cancel | None:
+def cancel_job(conn: psycopg2.extensions.connection, job_id: int) -> CancelResult | None:
     """(state before, changed), None for an unknown id: the command line's
     cancel (pending or failed: cancelled; running: asked to stop)."""
     found = CANCELS.of(_run(conn, "cancel_job", {"id": job_id}))
     return found[0] if found else None
 
 
-def retry_job(conn: psycopg2.extensions.connection, job_id: int) -> Retry | None:
+def retry_job(conn: psycopg2.extensions.connection, job_id: int) -> RetryResult | None:
     """(state before, changed, the job holding its unique key), None for an
     unknown id: the command line's retry (failed or cancelled: pending again
     with fresh attempts, unless another job holds its unique key)."""

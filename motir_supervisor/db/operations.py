@@ -20,7 +20,7 @@ from .enqueueing import NewJob, encode_payload, enqueue_jobs
 from .kinds import KindPolicy, read_kind_policies, sync_kind_policies
 from .limits import Limits, read_limits, sync_limits
 from .migrations import Applied, Migration, load_migrations
-from .rows import CANCELS, RETRIES, SCHEDULES, Cancel, Retry, ScheduleSeen
+from .rows import CANCELS, RETRIES, SCHEDULES, CancelResult, RetryResult, ScheduleSeen
 from .session import Session
 
 
@@ -143,12 +143,12 @@ class Operations:
         """False if it was not paused."""
         return bool(self.session.run("resume_queue", {"queue": queue}).rows)
 
-    def cancel_job(self, job_id: int) -> Cancel | None:
+    def cancel_job(self, job_id: int) -> CancelResult | None:
         """(state before, changed) or None for an unknown id."""
         found = CANCELS.of(self.session.run("cancel_job", {"id": job_id}))
         return found[0] if found else None
 
-    def retry_job(self, job_id: int) -> Retry | None:
+    def retry_job(self, job_id: int) -> RetryResult | None:
         """(state before, changed, the job holding its unique key) or None
         for an unknown id."""
         found = RETRIES.of(self.session.run("retry_job", {"id": job_id}))

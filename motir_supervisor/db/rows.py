@@ -155,7 +155,7 @@ class Outcome(NamedTuple):
     output: str | None = None
 
 
-class JobState(NamedTuple):
+class StateOfJob(NamedTuple):
     """A job's state as an outcome's write left it, or as it stands."""
 
     id: int
@@ -187,14 +187,14 @@ class ScheduleSeen(NamedTuple):
     last_instant: Any
 
 
-class Cancel(NamedTuple):
+class CancelResult(NamedTuple):
     """What `cancel` found and did."""
 
     state_before: str
     changed: bool
 
 
-class Retry(NamedTuple):
+class RetryResult(NamedTuple):
     """What `retry` found and did: the job holding the unique key that kept
     it from retrying, if one did."""
 
@@ -203,9 +203,9 @@ class Retry(NamedTuple):
     key_holder: int | None
 
 
-JOB_STATES = Rows(JobState)
+JOB_STATES = Rows(StateOfJob)
 SETTLED = Rows(Settled)
 LEASES = Rows(Lease)
 SCHEDULES = Rows(ScheduleSeen)
-CANCELS = Rows(Cancel)
-RETRIES = Rows(Retry)
+CANCELS = Rows(CancelResult)
+RETRIES = Rows(RetryResult)

@@ -32,8 +32,8 @@ class Session:
                  opening: Sequence[tuple[str, dict[str, Any] | None]] = ()):
         self.dsn = dsn
         self.application_name = application_name
-        #: LISTEN on every connection this session opens, reconnects
-        #: included, so that no reconnect can leave a worker deaf to wake-ups.
+        #: LISTEN on every connection opened here, reconnects included, so
+        #: that no reconnect can leave a worker deaf to wake-ups.
         self.listen = listen
         self.timeout_seconds = timeout_seconds
         #: Prepare the statements declared ``prepared`` on each connection.

@@ -19,7 +19,7 @@ import psycopg2
 import psycopg2.extras
 
 from .operations import Operations
-from .rows import (CLAIMED, JOB_STATES, LEASES, SETTLED, ClaimedJob, JobState, Outcome, Result,
+from .rows import (CLAIMED, JOB_STATES, LEASES, SETTLED, ClaimedJob, Outcome, Result, StateOfJob,
                    Settled)
 from .session import Session
 
@@ -125,12 +125,12 @@ class JobStore(Operations):
         return set(result.value("written")), CLAIMED.of(result, start=1)
 
     def record_outcomes_of(self, claimant: str,
-                           outcomes: Sequence[Outcome]) -> list[JobState]:
+                           outcomes: Sequence[Outcome]) -> list[StateOfJob]:
         """(job id, new state, kind) of the rows still ours that were written:
         the successes by record_successes, the other outcomes (usually few)
         by record_outcomes, whose join may grow with the square of what it
         is sent (see there)."""
-        rows: list[JobState] = []
+        rows: list[StateOfJob] = []
         successes = [o for o in outcomes if o.error is None and not o.snoozed]
         for returned in (False, True):
             these = [o for o in successes if (o.output is not None) is returned]
@@ -171,7 +171,7 @@ class JobStore(Operations):
         return SETTLED.of(self.session.run("fail_claims_of_dead", {
             "claimants": list(claimants), "ids": list(ids), "error": error}))
 
-    def states_of_jobs(self, ids: Sequence[int]) -> list[JobState]:
+    def states_of_jobs(self, ids: Sequence[int]) -> list[StateOfJob]:
         """(job id, state, kind) of each of ``ids`` still in the table."""
         return JOB_STATES.of(self.session.run("states_of_jobs", {"ids": list(ids)}))
 
