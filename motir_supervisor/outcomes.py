@@ -14,14 +14,11 @@ import logging
 import re
 import traceback
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from . import policy, registry
 from .ipc import ledger
 from .logs import LINES
-
-if TYPE_CHECKING:
-    from . import db
 
 log = logging.getLogger(__name__)
 
@@ -85,16 +82,6 @@ class Decision(NamedTuple):
 
 
 SUCCESS = Decision(Outcome.SUCCEEDED)
-
-
-def as_outcome(job_id: int, decision: Decision, output: str | None = None) -> db.Outcome:
-    """What record_outcomes writes for a run that ended with ``decision``
-    (not an interrupted run: its claim goes back, unwritten)."""
-    # Imported here: hooks import this module for Outcome, and the database
-    # layer imports hooks (through tracing).
-    from . import db
-    return db.Outcome(job_id, decision.error, decision.retry_in_seconds, decision.permanent,
-                      decision.outcome is Outcome.SNOOZED, output)
 
 
 def output_json(value: Any) -> tuple[str | None, str]:

@@ -217,7 +217,7 @@ def drain(database: str | db.JobStore, *, queues: Sequence[str] | None = None,
             # Nothing asks a drained handler to stop, so no run is given
             # back (INTERRUPTED): every one has an outcome to write.
             store.record_outcomes(CLAIMANT, [
-                outcomes.as_outcome(o.job_id, o.decision, outcomes.output_json(o.output)[0])
+                running.as_outcome(o.job_id, o.decision, outcomes.output_json(o.output)[0])
                 for o in batch])
             ran += batch
     finally:

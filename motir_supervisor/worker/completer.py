@@ -23,6 +23,7 @@ from .. import db, metrics, outcomes
 from ..outcomes import Outcome
 from ..config import Config
 from ..ipc import ledger
+from . import running
 from .batching import RoundTrips
 from .claims import Claim, Run
 from .executor import Executor
@@ -229,7 +230,7 @@ class Completer:
         """Write the outcomes of runs that did not simply succeed; (run,
         outcome) for each."""
         states = self.store.record_outcomes(self.claimant, [
-            outcomes.as_outcome(run.claimed.id, run.decision) for run in runs])
+            running.as_outcome(run.claimed.id, run.decision) for run in runs])
         return [(run, outcomes.outcome_of(states.get(run.claimed.id),
                                           run.decision.state == ledger.SNOOZED))
                 for run in runs]

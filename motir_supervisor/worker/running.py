@@ -18,7 +18,7 @@ import os
 import time
 from typing import Any, Callable, Coroutine, Generator
 
-from .. import hooks, outcomes, policy, registry
+from .. import db, hooks, outcomes, policy, registry
 from ..ipc import lifecycle
 from .claims import Run
 from .transactions import Transactions
@@ -169,6 +169,14 @@ def end_at_timeout(run: Run, retry_base: float, retry_cap: float) -> hooks.RunEn
 
 def _policy(run: Run) -> policy.Policy:
     return policy.FLEET if run.registration is None else run.registration.policy
+
+
+def as_outcome(job_id: int, decision: outcomes.Decision,
+               output: str | None = None) -> db.Outcome:
+    """What record_outcomes writes for a run that ended with ``decision``
+    (not an interrupted run: its claim goes back, unwritten)."""
+    return db.Outcome(job_id, decision.error, decision.retry_in_seconds, decision.permanent,
+                      decision.outcome is outcomes.Outcome.SNOOZED, output)
 
 
 def timeout_error(run: Run) -> TimeoutError:
