@@ -83,6 +83,15 @@ class JobRow:
     concurrency_key: str | None
     #: An operator asked its running handler to stop (see cancel_job).
     cancel_requested: bool
+    #: The jobs it waits for, as its producer named them; empty for none.
+    depends_on: tuple[int, ...] = ()
+    #: What a parent's failure does to it: "cancel" it, or "run" it anyway.
+    on_parent_failure: str = "cancel"
+    #: The workflow it is a step of, and that step's name; None for none.
+    workflow_id: int | None = None
+    step: str | None = None
+    #: The batch it is a member of; None for none.
+    batch_id: int | None = None
 
 
 class JobNotFound(LookupError):
@@ -196,7 +205,8 @@ def _reread(conn: psycopg2.extensions.connection, job_id: int) -> JobRow:
 def _job_row(record: db_jobs.JobRecord) -> JobRow:
     # A history a client overwrote with something other than a list is none.
     errors = tuple(record.errors) if isinstance(record.errors, list) else ()
-    return JobRow(**{**record._asdict(), "state": JobState(record.state), "errors": errors})
+    return JobRow(**{**record._asdict(), "state": JobState(record.state), "errors": errors,
+                     "depends_on": tuple(record.depends_on or ())})
 
 
 def _connection(conn: Any) -> psycopg2.extensions.connection:

@@ -23,7 +23,7 @@ import sqlalchemy.ext.asyncio
 import sqlalchemy.orm
 from opentelemetry.sdk.trace import TracerProvider
 
-from motir_supervisor import enqueue, enqueue_async, enqueue_many, enqueue_many_async
+from motir_supervisor import enqueue, enqueue_async, enqueue_many, enqueue_many_async, testing
 from tests.helpers import notifications, wait_until, wakeup_listener
 
 ASYNC = ("psycopg_async", "sqlalchemy_async_session", "sqlalchemy_async_session_asyncpg")
@@ -345,3 +345,30 @@ def test_an_async_enqueue_waiting_on_the_database_leaves_the_event_loop_running(
     for made in (producer, other):
         made.close()
     holding.close()
+
+
+# -- jobs that wait for others ------------------------------------------------------
+
+
+def test_a_job_with_depends_on_waits_then_is_released_when_its_parents_end(
+        producer, sql, database_url):
+    from tests.apps import workflow_steps  # noqa: F401 - registers the kinds
+
+    first = producer.enqueue("wf_step", {"output": 1})
+    second = producer.enqueue("wf_step", {"fail": True})
+    child = producer.enqueue("wf_step", depends_on=[first, second])
+    cleanup, after_first = producer.enqueue_many([
+        {"kind": "wf_step", "depends_on": [first, second], "on_parent_failure": "run"},
+        {"kind": "wf_step", "depends_on": [first]}])
+    producer.commit()
+    states = "SELECT id, state, depends_on, on_parent_failure FROM job_queue ORDER BY id"
+    assert sql.rows(states) == [
+        (first, "pending", None, "cancel"), (second, "pending", None, "cancel"),
+        (child, "waiting", [first, second], "cancel"), (cleanup, "waiting", [first, second], "run"),
+        (after_first, "waiting", [first], "cancel")]
+    ran = testing.drain(database_url)
+    assert sorted(outcome.job_id for outcome in ran) == [first, second, cleanup, after_first]
+    assert sql.rows("SELECT id, state FROM job_queue ORDER BY id") == [
+        (first, "succeeded"), (second, "failed"), (child, "cancelled"), (cleanup, "succeeded"),
+        (after_first, "succeeded")]
+    assert str(second) in sql.value("SELECT last_error FROM job_queue WHERE id = %s", (child,))

@@ -1042,9 +1042,15 @@ RETURNING j.id, j.state;
 -- a unique key belongs to the n-th such job given. A delay counts from
 -- statement_timestamp(), not now(): in a transaction that has been open for
 -- a while, from the enqueue rather than from BEGIN.
+--
+-- A job's depends_on comes as the text of its array ('{4,7}'), since an
+-- array of arrays must be rectangular; a row with one starts waiting
+-- (migrations/0019). A job without it sends NULLs, and the insert trigger
+-- does what it does for any row without dependencies.
 WITH inserted AS (
     INSERT INTO job_queue (kind, payload, queue, run_at, priority, unique_key, max_attempts,
-                           concurrency_key, trace_context)
+                           concurrency_key, trace_context, depends_on, on_parent_failure,
+                           batch_id)
     SELECT j.kind, j.payload, coalesce(j.queue, k.queue),
            coalesce(j.run_at, statement_timestamp() + make_interval(secs => j.delay_seconds)),
            coalesce(j.priority, k.priority), j.unique_key,
@@ -1054,13 +1060,16 @@ WITH inserted AS (
                      JOIN pg_attribute AS a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
                      WHERE d.adrelid = 'job_queue'::regclass AND a.attname = 'max_attempts'),
                     k.max_attempts),
-           j.concurrency_key, %(trace_context)s::jsonb
+           j.concurrency_key, %(trace_context)s::jsonb, j.depends_on::bigint[],
+           j.on_parent_failure, j.batch_id
     FROM unnest(%(kind)s::text[], %(payload)s::jsonb[], %(queue)s::text[],
                 %(run_at)s::timestamptz[], %(delay_seconds)s::float8[],
                 %(priority)s::smallint[], %(unique_key)s::text[], %(max_attempts)s::integer[],
-                %(concurrency_key)s::text[])
+                %(concurrency_key)s::text[], %(depends_on)s::text[],
+                %(on_parent_failure)s::text[], %(batch_id)s::bigint[])
          WITH ORDINALITY AS j(kind, payload, queue, run_at, delay_seconds, priority, unique_key,
-                              max_attempts, concurrency_key, position)
+                              max_attempts, concurrency_key, depends_on, on_parent_failure,
+                              batch_id, position)
     LEFT JOIN job_queue_kinds AS k ON k.kind = j.kind
     ORDER BY j.position
     ON CONFLICT (queue, unique_key)
@@ -1247,7 +1256,8 @@ ORDER BY l.kind;
 -- key, and a find walks it from the end it starts at.
 SELECT j.id, j.kind, j.queue, j.state, j.payload, j.priority, j.attempts, j.max_attempts,
        j.run_at, j.created_at, j.started_at, j.finished_at, j.last_error, j.output,
-       j.errors, j.unique_key, j.concurrency_key, j.cancel_requested
+       j.errors, j.unique_key, j.concurrency_key, j.cancel_requested, j.depends_on,
+       j.on_parent_failure, j.workflow_id, j.step, j.batch_id
 FROM job_queue AS j
 WHERE (%(ids)s::bigint[] IS NULL OR j.id = ANY (%(ids)s::bigint[]))
   AND (%(kinds)s::text[] IS NULL OR j.kind = ANY (%(kinds)s::text[]))
