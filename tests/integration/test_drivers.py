@@ -23,7 +23,8 @@ import sqlalchemy.ext.asyncio
 import sqlalchemy.orm
 from opentelemetry.sdk.trace import TracerProvider
 
-from motir_supervisor import enqueue, enqueue_async, enqueue_many, enqueue_many_async, testing
+from motir_supervisor import (batch, enqueue, enqueue_async, enqueue_many, enqueue_many_async,
+                              testing, workflow)
 from tests.helpers import notifications, wait_until, wakeup_listener
 
 ASYNC = ("psycopg_async", "sqlalchemy_async_session", "sqlalchemy_async_session_asyncpg")
@@ -77,6 +78,19 @@ class Producer:
         if self.loop:
             return self._call(enqueue_many_async(self.conn, jobs))
         return enqueue_many(self.conn, jobs)
+
+    def build(self, block, add):
+        """``add(block)`` inside ``with block`` (``async with`` on an async
+        connection); the block once it ended."""
+        if self.loop:
+            async def inside():
+                async with block:
+                    add(block)
+            self._call(inside())
+        else:
+            with block:
+                add(block)
+        return block
 
     def commit(self):
         self._call(self.conn.commit())
@@ -372,3 +386,35 @@ def test_a_job_with_depends_on_waits_then_is_released_when_its_parents_end(
         (first, "succeeded"), (second, "failed"), (child, "cancelled"), (cleanup, "succeeded"),
         (after_first, "succeeded")]
     assert str(second) in sql.value("SELECT last_error FROM job_queue WHERE id = %s", (child,))
+
+
+def test_a_workflow_and_a_batch_are_inserted_in_the_callers_transaction(producer, sql):
+    def steps(wf):
+        fetch = wf.add("fetch", {"repo": 7})
+        embeds = [wf.add("embed", {"file": n}, after=[fetch]) for n in range(2)]
+        wf.add("publish", after=embeds, on_parent_failure="run")
+
+    wf = producer.build(workflow(producer.conn, "index_repo"), steps)
+    group = producer.build(batch(producer.conn, "import", on_complete=("report", {"n": 2})),
+                           lambda b: [b.add("row", {"n": n}) for n in range(2)])
+    assert sql.value("SELECT count(*) FROM job_queue") == 0  # not committed yet
+    producer.commit()
+    assert sql.rows("SELECT workflow_id, step, kind, state, on_parent_failure FROM job_queue"
+                    " WHERE workflow_id IS NOT NULL ORDER BY id") == [
+        (wf.id, "fetch", "fetch", "pending", "cancel"),
+        (wf.id, "embed", "embed", "waiting", "cancel"),
+        (wf.id, "embed.2", "embed", "waiting", "cancel"),
+        (wf.id, "publish", "publish", "waiting", "run")]
+    assert sql.rows("SELECT kind, payload, state FROM job_queue WHERE batch_id = %s"
+                    " ORDER BY id", (group.id,)) == [
+        ("row", {"n": 0}, "pending"), ("row", {"n": 1}, "pending")]
+    assert sql.rows("SELECT j.kind, j.payload, j.state FROM job_queue_batches AS b"
+                    " JOIN job_queue AS j ON j.id = b.on_complete WHERE b.id = %s",
+                    (group.id,)) == [("report", {"n": 2}, "waiting")]
+
+
+def test_a_workflow_rolled_back_leaves_nothing(producer, sql):
+    producer.build(workflow(producer.conn, "w"), lambda wf: wf.add("a"))
+    producer.rollback()
+    assert sql.value("SELECT count(*) FROM job_queue") == 0
+    assert sql.value("SELECT count(*) FROM job_queue_workflows") == 0

@@ -1078,6 +1078,24 @@ WITH inserted AS (
 )
 SELECT id, queue, unique_key FROM inserted ORDER BY id;
 
+-- insert_workflow --
+-- Every step of a workflow in one call of job_queue_workflow
+-- (migrations/0019), in the caller's transaction: its id, each step's ref
+-- and job id. A bad graph (an unknown ref, a cycle) fails it whole.
+SELECT workflow_id, ref, job_id
+FROM job_queue_workflow(%(name)s::text, %(steps)s::jsonb);
+
+-- open_batch --
+-- A batch open for members (rows inserted with its batch_id) until sealed;
+-- each callback NULL or {kind, payload, queue, priority, max_attempts}.
+SELECT job_queue_batch_open(%(name)s::text, %(on_success)s::jsonb,
+                            %(on_complete)s::jsonb) AS batch_id;
+
+-- seal_batch --
+-- No member joins after this; the callbacks are released once every
+-- member has ended (at once for a batch without members).
+SELECT job_queue_batch_seal(%(batch_id)s::bigint);
+
 -- queues_of_kinds --
 -- The queue a job of each kind lands in when its producer names none, as
 -- job_queue_kind_defaults (migrations/0016) fills it in: enqueue_jobs looks
@@ -1265,6 +1283,25 @@ WHERE (%(ids)s::bigint[] IS NULL OR j.id = ANY (%(ids)s::bigint[]))
   AND (%(queues)s::text[] IS NULL OR j.queue = ANY (%(queues)s::text[]))
 ORDER BY CASE WHEN %(newest_first)s THEN j.id END DESC, j.id
 LIMIT %(limit)s;
+
+-- parents_of_job --
+-- What a handler reads as j.parents: the jobs it waited for, each with its
+-- step's name, state and output, through the edges' index on child_id.
+SELECT p.id, p.step, p.kind, p.state, p.output
+FROM job_queue_edges AS e
+JOIN job_queue AS p ON p.id = e.parent_id
+WHERE e.child_id = %(id)s
+ORDER BY p.id;
+
+-- batch_of_callback --
+-- What a batch callback's handler reads as j.batch: the batch whose
+-- on_success or on_complete it is, and its members counted by state.
+SELECT b.id, b.name,
+       (SELECT coalesce(jsonb_object_agg(m.state, m.jobs), '{}'::jsonb)
+        FROM (SELECT state, count(*) AS jobs FROM job_queue
+              WHERE batch_id = b.id GROUP BY state) AS m) AS counts
+FROM job_queue_batches AS b
+WHERE b.on_success = %(id)s OR b.on_complete = %(id)s;
 
 -- cancel_job --
 -- Waiting, pending or failed: cancelled now (a waiting job's descendants
