@@ -16,9 +16,9 @@ Producers enqueue inside their own transaction with :func:`enqueue` and
 
     enqueue(conn, "send_email", {"to": "a@b.c"})  # conn: psycopg2, psycopg or SQLAlchemy
 
-insert jobs that wait for one another with :func:`workflow`, and batches
-with callbacks with :func:`batch` and :func:`open_batch` (see
-workflows.py), and look at and steer jobs on their connection with
+insert jobs that wait for one another with :func:`workflow` (see
+workflows.py), and batches with callbacks with :func:`batch` and
+:func:`open_batch` (batches.py), and look at and steer jobs on their connection with
 :func:`get_job`, :func:`find_jobs`, :func:`cancel_job` and
 :func:`retry_job` (see jobs.py).
 """
@@ -30,10 +30,11 @@ from .jobs import (BatchProgress, JobNotFound, JobRow, JobState, Parent, UniqueK
 from .policy import Retry
 from .registry import Interrupted, Job, PermanentFailure, Snooze, job
 from .worker.transactions import ClaimLost
-from .workflows import Batch, BatchBuilder, Step, Workflow, batch, open_batch, workflow
+from .batches import Batch, BatchBuilder, batch, open_batch, open_batch_async
+from .workflows import Step, Workflow, workflow
 
 __all__ = ["Batch", "BatchBuilder", "BatchProgress", "ClaimLost", "Enqueued", "Interrupted", "Job",
            "JobNotFound", "JobRow", "JobState", "Parent", "PermanentFailure", "Retry", "Snooze",
            "Step", "UniqueKeyHeld", "Workflow", "batch", "cancel_job", "enqueue", "enqueue_async",
            "enqueue_many", "enqueue_many_async", "find_jobs", "get_job", "job", "open_batch",
-           "retry_job", "workflow"]
+           "open_batch_async", "retry_job", "workflow"]

@@ -1,7 +1,5 @@
-"""Workflows and batches from Python, in the caller's transaction.
-
-A workflow is a set of jobs that wait for one another, inserted together
-when its block ends::
+"""Workflows from Python, in the caller's transaction: a set of jobs that
+wait for one another, inserted together when its block ends::
 
     from motir_supervisor import workflow
 
@@ -11,27 +9,16 @@ when its block ends::
         wf.add("publish", {"repo": 7}, after=embeds)
     print(wf.id, fetch.id)  # set once the block has inserted them
 
-A batch is a set of jobs with callbacks: ``on_success`` runs once every
-member succeeded, ``on_complete`` once every member ended::
-
-    with batch(conn, "import", on_success=("notify", {"user": 3})) as b:
-        for row in rows:
-            b.add("import_row", row)
-
-    b = open_batch(conn, "import", on_complete="report")  # members over time
-    b.add("import_row", {"row": 1})
-    b.seal()
-
-``conn`` is any connection :func:`api.enqueue` takes; under ``async with``,
-the blocks take the async connections of :mod:`async_api`. Each block
-inserts in one go at its end (job_queue_workflow; job_queue_batch_open,
-one insert of the members, job_queue_batch_seal); a block that raises
-inserts nothing. A bad argument or graph (an unknown ``after``, a cycle)
-raises TypeError or ValueError before anything is sent, so the caller's
+``conn`` is any connection :func:`api.enqueue` takes, and under ``async
+with`` the async connections of :mod:`async_api`. The block inserts in
+one call of job_queue_workflow at its end; a block that raises inserts
+nothing. A bad argument or graph (an unknown ``after``, a cycle) raises
+TypeError or ValueError before anything is sent, so the caller's
 transaction stays usable. Nothing here commits, rolls back or holds SQL.
 
-What a handler reads of them, ``j.parents`` and ``j.batch``, is
-:class:`jobs.Parent` and :class:`jobs.BatchProgress`.
+:class:`Step` and the block's ``with`` and ``async with`` serve the
+batches too (see :mod:`batches`). What a handler reads of the jobs before
+its own, ``j.parents``, is a list of :class:`jobs.Parent`.
 """
 
 from __future__ import annotations
@@ -39,20 +26,14 @@ from __future__ import annotations
 import datetime
 import heapq
 import json
-from typing import Any, Generator, Iterable, Mapping, Self, Union
+from typing import Any, Generator, Iterable, Mapping, Self
 
 from . import db
-from .api import KINDS_QUEUE, Enqueued, OnParentFailure, _new_job, _new_jobs
+from .api import KINDS_QUEUE, Enqueued, OnParentFailure, _new_job
 from .db import drivers
 from .db import workflows as db_workflows
 from .db.drivers import Statement
-from .db.enqueueing import enqueueing
 
-#: A batch's callback: a kind, (kind, payload), or a dict of ``kind``,
-#: ``payload``, ``queue``, ``priority`` and ``max_attempts``.
-Callback = Union[str, tuple[str, Any], Mapping[str, Any]]
-
-_CALLBACK_KEYS = frozenset({"kind", "payload", "queue", "priority", "max_attempts"})
 _AFTER_ASYNC = "end the block with `async with` on an async connection"
 _AFTER_SYNC = "end the block with `with` on a connection that is not async"
 
@@ -229,124 +210,6 @@ def workflow(conn: db.Connection | db.AsyncConnection, name: str) -> Workflow:
     (``wf.add``) are inserted in ``conn``'s transaction when the block ends
     (``async with`` on an async connection). See :mod:`workflows`."""
     return Workflow(conn, name)
-
-
-class BatchBuilder(_Block):
-    """A batch whose members are inserted, and the batch sealed, when its
-    ``with`` block ends (see :func:`batch`)."""
-
-    def __init__(self, conn: Any, name: str | None, on_success: Callback | None,
-                 on_complete: Callback | None):
-        super().__init__(conn, f"batch {name!r}")
-        self.name = _batch_name(name)
-        self._callbacks = (_callback_json("on_success", on_success),
-                           _callback_json("on_complete", on_complete))
-        self._members: list[tuple[Step, db.NewJob]] = []
-
-    def add(self, kind: str, payload: Any = None, **options: Any) -> Step:
-        """A member: ``kind`` with ``payload`` and :func:`api.enqueue`'s
-        options; its ``id`` is set when the block ends."""
-        self._check_open()
-        [job] = _new_jobs([{"kind": kind, "payload": payload, **options}])
-        step = Step(self, None, kind)
-        self._members.append((step, job))
-        return step
-
-    def _inserting(self) -> Generator[Statement, db.Result, None]:
-        batch_id = yield from db_workflows.opening_batch(self.name, *self._callbacks)
-        self.id = batch_id
-        if self._members:
-            ids = yield from enqueueing(
-                [job._replace(batch_id=batch_id) for _, job in self._members])
-            for (step, _), (job_id, inserted) in zip(self._members, ids):
-                step.id = Enqueued(job_id, duplicate=not inserted)
-        yield from db_workflows.sealing_batch(batch_id)
-
-
-def batch(conn: db.Connection | db.AsyncConnection, name: str | None = None, *,
-          on_success: Callback | None = None,
-          on_complete: Callback | None = None) -> BatchBuilder:
-    """``with batch(conn, name, on_success=..., on_complete=...) as b:`` a
-    batch whose members (``b.add``) are inserted, and the batch sealed, in
-    ``conn``'s transaction when the block ends (``async with`` on an async
-    connection). A callback is a kind, ``(kind, payload)``, or a dict of
-    ``kind``, ``payload``, ``queue``, ``priority`` and ``max_attempts``."""
-    return BatchBuilder(conn, name, on_success, on_complete)
-
-
-class Batch:
-    """An open batch: members join with :meth:`add` (inserted at once, in the
-    connection's transaction) until :meth:`seal`. ``Batch(conn, batch_id)``
-    adds to one opened earlier, on any connection :func:`api.enqueue` takes."""
-
-    def __init__(self, conn: db.Connection, batch_id: int):
-        self.conn = conn
-        self.id = batch_id
-
-    def add(self, kind: str, payload: Any = None, **options: Any) -> Enqueued:
-        """Insert a member: ``kind`` with ``payload`` and :func:`api.enqueue`'s
-        options; its id. The database refuses a member of a sealed batch."""
-        [member] = self.add_many([{"kind": kind, "payload": payload, **options}])
-        return member
-
-    def add_many(self, jobs: Iterable[Mapping[str, Any]]) -> list[Enqueued]:
-        """Insert members in one statement, as :func:`api.enqueue_many` does."""
-        members = [job._replace(batch_id=self.id) for job in _new_jobs(jobs)]
-        return [Enqueued(job_id, duplicate=not inserted)
-                for job_id, inserted in db.enqueue_jobs(self.conn, members)]
-
-    def seal(self) -> None:
-        """No member joins after this; once every member has ended (at once,
-        for a batch without members), its callbacks are released."""
-        drivers.run(self.conn, db_workflows.sealing_batch(self.id))
-
-    def __repr__(self) -> str:
-        return f"<Batch {self.id}>"
-
-
-def open_batch(conn: db.Connection, name: str | None = None, *,
-               on_success: Callback | None = None,
-               on_complete: Callback | None = None) -> Batch:
-    """A batch opened in ``conn``'s transaction, its members added over time
-    with :meth:`Batch.add` until :meth:`Batch.seal`; callbacks as for
-    :func:`batch`."""
-    named = _batch_name(name)
-    callbacks = (_callback_json("on_success", on_success),
-                 _callback_json("on_complete", on_complete))
-    return Batch(conn, drivers.run(conn, db_workflows.opening_batch(named, *callbacks)))
-
-
-def _batch_name(name: Any) -> str | None:
-    if name is not None and not isinstance(name, str):
-        raise TypeError(f"a batch's name must be a str or None, not {name!r}")
-    return name
-
-
-def _callback_json(which: str, callback: Any) -> str | None:
-    """A batch's callback as job_queue_batch_open takes it: JSON text."""
-    if callback is None:
-        return None
-    if isinstance(callback, str):
-        given: Mapping[str, Any] = {"kind": callback}
-    elif isinstance(callback, tuple) and len(callback) == 2:
-        given = {"kind": callback[0], "payload": callback[1]}
-    elif isinstance(callback, Mapping):
-        given = callback
-        unknown = sorted(set(given) - _CALLBACK_KEYS)
-        if unknown:
-            raise TypeError(f"{which} takes kind, payload, queue, priority and max_attempts,"
-                            f" not {unknown[0]!r}")
-        if "kind" not in given:
-            raise TypeError(f"{which} needs a kind")
-    else:
-        raise TypeError(f"{which} must be a kind, (kind, payload) or a dict, not {callback!r}")
-    try:
-        job = _new_job(**given)
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(f"{which}: {exc}") from exc
-    spec = {"kind": job.kind, "payload": json.loads(job.payload), "queue": job.queue,
-            "priority": job.priority, "max_attempts": job.max_attempts}
-    return json.dumps({k: v for k, v in spec.items() if v is not None})
 
 
 def _listed(name: str, values: Any) -> list[Any]:

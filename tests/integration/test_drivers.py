@@ -24,7 +24,7 @@ import sqlalchemy.orm
 from opentelemetry.sdk.trace import TracerProvider
 
 from motir_supervisor import (batch, enqueue, enqueue_async, enqueue_many, enqueue_many_async,
-                              testing, workflow)
+                              open_batch, open_batch_async, testing, workflow)
 from tests.helpers import notifications, wait_until, wakeup_listener
 
 ASYNC = ("psycopg_async", "sqlalchemy_async_session", "sqlalchemy_async_session_asyncpg")
@@ -91,6 +91,15 @@ class Producer:
             with block:
                 add(block)
         return block
+
+    def open_batch(self, *args, **options):
+        """An open batch, and its add_many and seal for this connection."""
+        if self.loop:
+            opened = self._call(open_batch_async(self.conn, *args, **options))
+            return (opened, lambda jobs: self._call(opened.add_many_async(jobs)),
+                    lambda: self._call(opened.seal_async()))
+        opened = open_batch(self.conn, *args, **options)
+        return opened, opened.add_many, opened.seal
 
     def commit(self):
         self._call(self.conn.commit())
@@ -418,3 +427,17 @@ def test_a_workflow_rolled_back_leaves_nothing(producer, sql):
     producer.rollback()
     assert sql.value("SELECT count(*) FROM job_queue") == 0
     assert sql.value("SELECT count(*) FROM job_queue_workflows") == 0
+
+
+def test_an_open_batch_takes_members_until_sealed_on_every_driver(producer, sql):
+    opened, add_many, seal = producer.open_batch("over time", on_success="done")
+    first = add_many([{"kind": "row", "payload": {"n": 1}}])
+    producer.commit()
+    more = add_many([{"kind": "row", "payload": {"n": n}, "priority": 3} for n in (2, 3)])
+    seal()
+    producer.commit()
+    assert sql.rows("SELECT id, payload, priority FROM job_queue WHERE batch_id = %s"
+                    " ORDER BY id", (opened.id,)) == [
+        (first[0], {"n": 1}, 0), (more[0], {"n": 2}, 3), (more[1], {"n": 3}, 3)]
+    assert sql.value("SELECT sealed_at IS NOT NULL FROM job_queue_batches WHERE id = %s",
+                     (opened.id,))

@@ -6,8 +6,8 @@ ValueError raised instead was raised before."""
 
 import pytest
 
-from motir_supervisor import batch, enqueue, enqueue_many, open_batch, workflow
-from motir_supervisor.workflows import _callback_json
+from motir_supervisor import Batch, batch, enqueue, enqueue_many, open_batch, workflow
+from motir_supervisor.batches import _callback_json
 
 
 class NoDriver:
@@ -77,12 +77,16 @@ def test_a_block_that_raises_sends_nothing():
             raise KeyError("the caller's")
 
 
-def test_an_async_connection_asks_for_async_with():
+def test_an_async_connection_asks_for_async_with_and_the_async_twins():
     psycopg = pytest.importorskip("psycopg")
     conn = psycopg.AsyncConnection.__new__(psycopg.AsyncConnection)
     with pytest.raises(TypeError, match="async with"):
         with workflow(conn, "w") as wf:
             wf.add("a")
+    with pytest.raises(TypeError, match="await open_batch_async"):
+        open_batch(conn)
+    with pytest.raises(TypeError, match="await the Batch's _async methods"):
+        Batch(conn, 1).add("a")
 
 
 @pytest.mark.parametrize("callback, wanted", [
