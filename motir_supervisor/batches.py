@@ -62,7 +62,7 @@ class BatchBuilder(_Block):
         """A member: ``kind`` with ``payload`` and :func:`api.enqueue`'s
         options; its ``id`` is set when the block ends."""
         self._check_open()
-        [job] = _new_jobs([{"kind": kind, "payload": payload, **options}])
+        job = _member(f"{self._what}, member {len(self._members) + 1}", kind, payload, options)
         step = Step(self, None, kind)
         self._members.append((step, job))
         return step
@@ -103,12 +103,15 @@ class Batch:
     def add(self, kind: str, payload: Any = None, **options: Any) -> Enqueued:
         """Insert a member: ``kind`` with ``payload`` and :func:`api.enqueue`'s
         options; its id. The database refuses a member of a sealed batch."""
-        [member] = self.add_many([{"kind": kind, "payload": payload, **options}])
-        return member
+        member = _member(f"batch {self.id}'s member", kind, payload, options)
+        [enqueued] = _enqueued(drivers.run(self.conn, self._adding([member]),
+                                           instead=_AWAIT_INSTEAD))
+        return enqueued
 
     def add_many(self, jobs: Iterable[Mapping[str, Any]]) -> list[Enqueued]:
         """Insert members in one statement, as :func:`api.enqueue_many` does."""
-        return _enqueued(drivers.run(self.conn, self._adding(jobs), instead=_AWAIT_INSTEAD))
+        return _enqueued(drivers.run(self.conn, self._adding(_new_jobs(jobs)),
+                                     instead=_AWAIT_INSTEAD))
 
     def seal(self) -> None:
         """No member joins after this; once every member has ended (at once,
@@ -117,12 +120,14 @@ class Batch:
 
     async def add_async(self, kind: str, payload: Any = None, **options: Any) -> Enqueued:
         """:meth:`add` on an async connection."""
-        [member] = await self.add_many_async([{"kind": kind, "payload": payload, **options}])
-        return member
+        member = _member(f"batch {self.id}'s member", kind, payload, options)
+        [enqueued] = _enqueued(await drivers.run_async(self.conn, self._adding([member]),
+                                                       instead=_CALL_INSTEAD))
+        return enqueued
 
     async def add_many_async(self, jobs: Iterable[Mapping[str, Any]]) -> list[Enqueued]:
         """:meth:`add_many` on an async connection."""
-        return _enqueued(await drivers.run_async(self.conn, self._adding(jobs),
+        return _enqueued(await drivers.run_async(self.conn, self._adding(_new_jobs(jobs)),
                                                  instead=_CALL_INSTEAD))
 
     async def seal_async(self) -> None:
@@ -130,11 +135,9 @@ class Batch:
         await drivers.run_async(self.conn, db_workflows.sealing_batch(self.id),
                                 instead=_CALL_INSTEAD)
 
-    def _adding(self, jobs: Iterable[Mapping[str, Any]]
+    def _adding(self, members: list[db.NewJob]
                 ) -> Generator[Statement, db.Result, list[tuple[int, bool]]]:
-        # Checked now, before anything is sent.
-        members = [job._replace(batch_id=self.id) for job in _new_jobs(jobs)]
-        return enqueueing(members)
+        return enqueueing([member._replace(batch_id=self.id) for member in members])
 
     def __repr__(self) -> str:
         return f"<Batch {self.id}>"
@@ -171,6 +174,16 @@ def _opening(name: Any, on_success: Any,
     callbacks = (_callback_json("on_success", on_success),
                  _callback_json("on_complete", on_complete))
     return db_workflows.opening_batch(named, *callbacks)
+
+
+def _member(what: str, kind: Any, payload: Any, options: Mapping[str, Any]) -> db.NewJob:
+    """One member checked as enqueue checks a job, its errors naming it."""
+    try:
+        [job] = _new_jobs([{"kind": kind, "payload": payload, **options}])
+    except (TypeError, ValueError) as exc:
+        # _new_jobs names the job's place in a list; one member has none.
+        raise type(exc)(f"{what}: {exc.__cause__ or exc}") from exc
+    return job
 
 
 def _enqueued(ids: list[tuple[int, bool]]) -> list[Enqueued]:

@@ -115,11 +115,19 @@ def test_a_bad_callback_is_refused_before_anything_is_sent(callback, error, mess
 
 def test_a_batch_member_is_checked_as_enqueue_checks_a_job():
     b = batch(NoDriver(), "b")
-    with pytest.raises(TypeError, match="jobs\\[0\\]: enqueue takes no argument 'after'"):
+    with pytest.raises(TypeError) as raised:
         b.add("a", after=[])
-    with pytest.raises(ValueError, match="on_parent_failure must be 'cancel' or 'run'"):
+    assert str(raised.value) == "batch 'b', member 1: enqueue takes no argument 'after'"
+    with pytest.raises(ValueError, match="batch 'b', member 1: on_parent_failure must be"):
         b.add("a", on_parent_failure="skip")
     assert b.add("a", depends_on=[1]).ref is None
+    with pytest.raises(ValueError, match="batch 'b', member 2: concurrency_key must not be"):
+        b.add("a", concurrency_key="")
+    with pytest.raises(TypeError) as raised:
+        Batch(NoDriver(), 7).add("a", priority="high")
+    assert str(raised.value) == "batch 7's member: priority must be an int or None, not 'high'"
+    with pytest.raises(TypeError, match="jobs\\[1\\]: a job needs a kind"):
+        Batch(NoDriver(), 7).add_many([{"kind": "a"}, {}])
 
 
 @pytest.mark.parametrize("depends_on, error, message", [
