@@ -924,6 +924,17 @@ BEGIN
             USING ERRCODE = 'foreign_key_violation';
     END IF;
 
+    -- The unique index holds pending and running rows: two waiting rows
+    -- with one key could not both be released, and the write that ended
+    -- their parent would fail.
+    SELECT r.id INTO bad FROM inserted_rows AS r
+    WHERE cardinality(r.depends_on) > 0 AND r.unique_key IS NOT NULL
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'job %: a job that waits for others cannot have a unique_key', bad.id
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
     -- In id order, as the completer's writes lock them: no deadlock between
     -- an insert and the write that ends some of its parents.
     PERFORM FROM job_queue
