@@ -48,6 +48,9 @@ OnParentFailure = Literal["cancel", "run"]
 ON_PARENT_FAILURE = ("cancel", "run")
 #: Ids are bigints drawn from 1 up.
 _LARGEST_ID = 2 ** 63 - 1
+#: The unique index holds pending and running rows: two waiting jobs with
+#: one key could not both be released (migrations/0019 refuses them too).
+_WAITING_WITH_KEY = "a job that waits for others (depends_on) cannot have a unique_key"
 
 
 class Enqueued(int):
@@ -106,7 +109,7 @@ def enqueue(conn: db.Connection, kind: str, payload: Any = None, *,
     of those jobs. If one of them ends failed or cancelled, the job is
     cancelled (``on_parent_failure="cancel"``, naming that parent in its
     last_error), or released all the same (``"run"``). An id of no job fails
-    the statement.
+    the statement. Such a job cannot have a ``unique_key``.
 
     A bad argument raises TypeError or ValueError before anything is sent, so
     the transaction stays usable. Values the schema refuses (a
@@ -173,6 +176,9 @@ def _new_job(kind: str, payload: Any = None, *, queue: str = KINDS_QUEUE,
         raise ValueError("concurrency_key must not be empty: give None for no key")
     if delay is not None and run_at is not None:
         raise ValueError("give delay or run_at, not both")
+    parents = job_ids("depends_on", depends_on)
+    if parents and unique_key is not None:
+        raise ValueError(_WAITING_WITH_KEY)
     if run_at is not None:
         if not isinstance(run_at, datetime.datetime):
             raise TypeError(f"run_at must be a datetime, not {run_at!r}")
@@ -188,8 +194,7 @@ def _new_job(kind: str, payload: Any = None, *, queue: str = KINDS_QUEUE,
     return db.NewJob(kind, db.encode_payload(payload), None if queue is KINDS_QUEUE else queue,
                      run_at,
                      0.0 if delay is None else float(delay), priority, unique_key, max_attempts,
-                     concurrency_key, job_ids("depends_on", depends_on) or None,
-                     check_on_parent_failure(on_parent_failure))
+                     concurrency_key, parents or None, check_on_parent_failure(on_parent_failure))
 
 
 def job_ids(name: str, ids: Iterable[int] | None) -> tuple[int, ...]:

@@ -29,7 +29,7 @@ import json
 from typing import Any, Generator, Iterable, Mapping, Self
 
 from . import db
-from .api import KINDS_QUEUE, Enqueued, OnParentFailure, _new_job
+from .api import _WAITING_WITH_KEY, KINDS_QUEUE, Enqueued, OnParentFailure, _new_job
 from .db import drivers
 from .db import workflows as db_workflows
 from .db.drivers import Statement
@@ -145,6 +145,8 @@ class Workflow(_Block):
                            concurrency_key=concurrency_key, depends_on=depends_on,
                            on_parent_failure=on_parent_failure)
             refs = [self._ref_of(step) for step in _listed("after", after)]
+            if refs and unique_key is not None:
+                raise ValueError(_WAITING_WITH_KEY)
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"{self._what}, step {named!r}: {exc}") from exc
         wanted: dict[str, Any] = {

@@ -160,3 +160,19 @@ def test_steps_go_to_the_database_each_after_those_it_waits_for_else_as_added():
     assert _in_order({"a": ["c"], "b": [], "c": ["b"], "d": [], "e": ["a", "d"]}) == (
         ["b", "c", "a", "d", "e"], [])
     assert _in_order({"a": [], "b": ["c"], "c": ["b"]}) == (["a"], ["b", "c", "b"])
+
+
+def test_a_job_that_waits_cannot_have_a_unique_key():
+    message = "a job that waits for others \\(depends_on\\) cannot have a unique_key"
+    with pytest.raises(ValueError, match=message):
+        enqueue(NoDriver(), "a", depends_on=[1], unique_key="k")
+    with pytest.raises(ValueError, match="jobs\\[0\\]: " + message):
+        enqueue_many(NoDriver(), [{"kind": "a", "depends_on": [1], "unique_key": "k"}])
+    wf = workflow(NoDriver(), "w")
+    first = wf.add("a", unique_key="k")  # a first step is pending at once: it may
+    with pytest.raises(ValueError, match="workflow 'w', step 'b': " + message):
+        wf.add("b", after=[first], unique_key="k2")
+    with pytest.raises(ValueError, match="workflow 'w', step 'c': " + message):
+        wf.add("c", depends_on=[1], unique_key="k2")
+    with pytest.raises(ValueError, match="batch 'b', member 1: " + message):
+        batch(NoDriver(), "b").add("m", depends_on=[1], unique_key="k")
