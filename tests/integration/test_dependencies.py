@@ -9,6 +9,7 @@ import psycopg2
 import pytest
 
 from motir_supervisor import db
+from testbed.polling import wait_until
 from testbed.sql import Sql
 
 ENDED = "state = %s, finished_at = now(), locked_by = NULL, lease_expires_at = NULL"
@@ -58,38 +59,55 @@ def test_a_child_of_ended_parents_is_inserted_released(sql):
     assert state(sql, child) == "pending"
 
 
-def _end_in_thread(url, job_id, how="succeeded"):
-    conn, cur = in_transaction(url)
+def _in_thread(call, *args):
+    """Run call(*args) on a thread; (thread, done event)."""
     done = threading.Event()
 
     def run():
-        cur.execute(f"UPDATE job_queue SET {ENDED} WHERE id = %s", (how, job_id))
+        call(*args)
         done.set()
 
     thread = threading.Thread(target=run)
     thread.start()
-    return conn, thread, done
+    return thread, done
+
+
+PAUSE_COUNTS = """
+CREATE FUNCTION test_pause() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_advisory_xact_lock_shared(4242); RETURN NEW; END $$;
+CREATE TRIGGER test_pause BEFORE UPDATE ON job_queue_waits
+FOR EACH ROW EXECUTE FUNCTION test_pause()"""
 
 
 def test_parents_ending_together_release_their_child_once(database_url, sql):
-    # Two transactions end the two parents; neither has committed when the
-    # second writes. The count's row lock makes the second wait for the
-    # first's commit and count from it, so it sees zero and releases.
+    # Two transactions end the two parents and commit at once. The first
+    # commit takes the child's count and is held there (the test's pause);
+    # the second's commit waits for the count's row lock, then counts from
+    # the first's result, sees zero and releases.
+    sql.rows(PAUSE_COUNTS)
+    gate = Sql(database_url)
     for _ in range(3):
         a, b = insert(sql), insert(sql)
         child = insert(sql, depends_on=[a, b])
-        first, cur = in_transaction(database_url)
-        cur.execute(f"UPDATE job_queue SET {ENDED} WHERE id = %s", ("succeeded", a))
-        second, thread, done = _end_in_thread(database_url, b)
-        assert not done.wait(0.3), "the second end did not wait for the first's count"
-        first.commit()
-        thread.join(10)
-        assert done.is_set()
-        second.commit()
+        first, one = in_transaction(database_url)
+        second, two = in_transaction(database_url)
+        one.execute(f"UPDATE job_queue SET {ENDED} WHERE id = %s", ("succeeded", a))
+        two.execute(f"UPDATE job_queue SET {ENDED} WHERE id = %s", ("succeeded", b))
+        gate.rows("SELECT pg_advisory_lock(4242)")
+        first_thread, first_done = _in_thread(first.commit)
+        wait_until(lambda: sql.value(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted") == 1, 10)
+        second_thread, second_done = _in_thread(second.commit)
+        assert not second_done.wait(0.3), "the second commit did not wait for the first's count"
+        gate.rows("SELECT pg_advisory_unlock(4242)")
+        for thread in (first_thread, second_thread):
+            thread.join(10)
+        assert first_done.is_set() and second_done.is_set()
         first.close()
         second.close()
         assert state(sql, child) == "pending"
         assert sql.value("SELECT unended FROM job_queue_waits WHERE job_id = %s", (child,)) == 0
+    gate.close()
 
 
 NAIVE_RELEASE = """
@@ -121,32 +139,32 @@ def test_the_naive_release_strands_a_child_the_same_interleaving_releases(databa
 
 
 def test_a_child_inserted_while_its_parent_ends_is_released_either_way(database_url, sql):
-    # The insert first: the parent's end waits for it, then finds the edge.
+    # The insert's transaction open: the parent's end does not wait for it
+    # (the insert takes its parents at its commit), and the commit sees the
+    # parent ended.
     parent = insert(sql)
     inserting, cur = in_transaction(database_url)
     cur.execute("INSERT INTO job_queue (kind, depends_on) VALUES ('k', %s) RETURNING id",
                 ([parent],))
     child = cur.fetchone()[0]
-    ending, thread, done = _end_in_thread(database_url, parent)
-    assert not done.wait(0.3), "the end did not wait for the insert that names its job"
+    end(sql, parent)  # autocommit: it would hang here if it waited for the insert
     inserting.commit()
-    thread.join(10)
-    ending.commit()
+    inserting.close()
     assert state(sql, child) == "pending"
-    # The end first: the insert waits for it, then counts the parent ended.
+    # The end's transaction open: the insert's commit waits for it, then
+    # counts the parent ended.
     parent = insert(sql)
     ending, cur = in_transaction(database_url)
     cur.execute(f"UPDATE job_queue SET {ENDED} WHERE id = %s", ("succeeded", parent))
     inserting, insert_cursor = in_transaction(database_url)
-    thread = threading.Thread(target=insert_cursor.execute, args=(
-        "INSERT INTO job_queue (kind, depends_on) VALUES ('k', %s) RETURNING id", ([parent],)))
-    thread.start()
-    thread.join(0.3)
-    assert thread.is_alive(), "the insert did not wait for the end of its parent"
+    insert_cursor.execute("INSERT INTO job_queue (kind, depends_on) VALUES ('k', %s)"
+                          " RETURNING id", ([parent],))
+    child = insert_cursor.fetchone()[0]
+    thread, done = _in_thread(inserting.commit)
+    assert not done.wait(0.3), "the insert's commit did not wait for the end of its parent"
     ending.commit()
     thread.join(10)
-    child = insert_cursor.fetchone()[0]
-    inserting.commit()
+    assert done.is_set()
     assert state(sql, child) == "pending"
     for conn in (ending, inserting):
         conn.close()

@@ -73,7 +73,9 @@ CREATE TABLE job_queue_batches (
     on_success  bigint,
     on_complete bigint,
     created_at  timestamptz NOT NULL DEFAULT now(),
-    sealed_at   timestamptz
+    sealed_at   timestamptz,
+    -- The transaction that sealed it, whose own members join at its commit.
+    sealed_by   bigint
 );
 CREATE INDEX job_queue_batches_on_success ON job_queue_batches (on_success) WHERE on_success IS NOT NULL;
 CREATE INDEX job_queue_batches_on_complete ON job_queue_batches (on_complete) WHERE on_complete IS NOT NULL;
@@ -138,13 +140,47 @@ CREATE TRIGGER job_queue_notify_requeued
     WHEN (NEW.state = 'pending' AND OLD.state NOT IN ('pending', 'waiting'))
     EXECUTE FUNCTION job_queue_notify_requeued();
 
--- The edges, counts and batch memberships of the rows an INSERT wrote, once
--- per statement (a fan-out of thousands locks and marks its parent once).
-CREATE FUNCTION job_queue_wire_inserted() RETURNS trigger
+-- What a transaction leaves to settle when it commits: parents that ended
+-- or came back, rows retried by hand, rows inserted with parents or into a
+-- batch, batches sealed. Every count is changed there, at commit, by one
+-- function that locks all the counts it changes in one order every
+-- committing writer shares: no two writes deadlock however their parents'
+-- children cross, and a count stays locked only while its writer commits,
+-- so a producer's open transaction never holds up the worker ending a
+-- parent. UNLOGGED: a row lives only until the commit of the transaction
+-- that wrote it, which a crash aborts anyway.
+CREATE UNLOGGED TABLE job_queue_settling (
+    txid   bigint NOT NULL,
+    seq    bigint GENERATED ALWAYS AS IDENTITY,
+    job_id bigint NOT NULL,
+    -- succeeded, failed, cancelled, deleted (unended), gone (ended),
+    -- revived, retried, inserted; sealed (job_id is then the batch's id)
+    event  text NOT NULL,
+    PRIMARY KEY (txid, seq)
+);
+
+-- A row for each transaction with something to settle: its deferred
+-- trigger runs job_queue_settle once, at commit.
+CREATE UNLOGGED TABLE job_queue_settle_at_commit (txid bigint PRIMARY KEY);
+
+CREATE FUNCTION job_queue_settle_later(job bigint, what text) RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO job_queue_settling (txid, job_id, event) VALUES (txid_current(), job, what);
+    INSERT INTO job_queue_settle_at_commit (txid) VALUES (txid_current()) ON CONFLICT DO NOTHING;
+$$;
+
+-- The wake-up for the rows an INSERT wrote pending (migrations/0001); then,
+-- for those that name jobs or a batch, what can be refused at once (the
+-- same is checked again under locks at commit), and their wiring left to
+-- the commit. One statement trigger for both: a second would be called for
+-- every INSERT, a statement trigger having no WHEN that looks at its rows.
+CREATE OR REPLACE FUNCTION job_queue_notify_inserted() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
     bad record;
 BEGIN
+    PERFORM pg_notify('motir_job_queue', q.queue)
+    FROM (SELECT DISTINCT queue FROM inserted_rows WHERE state = 'pending') AS q;
     IF NOT EXISTS (SELECT FROM inserted_rows
                    WHERE cardinality(depends_on) > 0 OR batch_id IS NOT NULL) THEN
         RETURN NULL;
@@ -175,19 +211,62 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
+    SELECT r.id, r.batch_id, b.sealed_at INTO bad
+    FROM inserted_rows AS r LEFT JOIN job_queue_batches AS b ON b.id = r.batch_id
+    WHERE r.batch_id IS NOT NULL AND (b.id IS NULL OR b.sealed_at IS NOT NULL)
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'job %: batch % %', bad.id, bad.batch_id,
+            CASE WHEN bad.sealed_at IS NULL THEN 'does not exist'
+                 ELSE 'is sealed: no member can be added to it' END
+            USING ERRCODE = 'foreign_key_violation';
+    END IF;
+
+    INSERT INTO job_queue_settling (txid, job_id, event)
+    SELECT txid_current(), id, 'inserted' FROM inserted_rows
+    WHERE cardinality(depends_on) > 0 OR batch_id IS NOT NULL;
+    INSERT INTO job_queue_settle_at_commit (txid) VALUES (txid_current()) ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END;
+$$;
+
+-- At commit: the edges and counts of rows inserted with parents, and the
+-- memberships of rows inserted into batches.
+CREATE FUNCTION job_queue_wire(inserted_ids bigint[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    bad record;
+BEGIN
+    IF cardinality(inserted_ids) = 0 THEN
+        RETURN;
+    END IF;
     -- In id order, as the completer's writes lock them: no deadlock between
-    -- an insert and the write that ends some of its parents.
+    -- an insert and the write that ends some of its parents. A parent
+    -- deleted meanwhile (by hand, by retention) is gone once locked, and the
+    -- row is refused rather than left waiting for a job that no longer is.
     PERFORM FROM job_queue
-    WHERE id IN (SELECT p FROM inserted_rows, unnest(depends_on) AS p)
+    WHERE id IN (SELECT p FROM job_queue AS r, unnest(r.depends_on) AS p
+                 WHERE r.id = ANY(inserted_ids))
     ORDER BY id
     FOR NO KEY UPDATE;
+    SELECT r.id, p.parent INTO bad
+    FROM job_queue AS r, unnest(r.depends_on) AS p(parent)
+    WHERE r.id = ANY(inserted_ids)
+      AND NOT EXISTS (SELECT FROM job_queue AS j WHERE j.id = p.parent)
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'job %: depends_on names job %, which does not exist', bad.id, bad.parent
+            USING ERRCODE = 'foreign_key_violation';
+    END IF;
     UPDATE job_queue SET has_dependents = true
-    WHERE id IN (SELECT p FROM inserted_rows, unnest(depends_on) AS p);
+    WHERE id IN (SELECT p FROM job_queue AS r, unnest(r.depends_on) AS p
+                 WHERE r.id = ANY(inserted_ids));
 
     INSERT INTO job_queue_edges (parent_id, child_id)
     SELECT DISTINCT p, r.id
-    FROM inserted_rows AS r, unnest(r.depends_on) AS p
-    WHERE r.state = 'waiting';
+    FROM job_queue AS r, unnest(r.depends_on) AS p
+    WHERE r.id = ANY(inserted_ids)
+    ON CONFLICT DO NOTHING;
 
     INSERT INTO job_queue_waits (job_id, unended, cancelled_by)
     SELECT e.child_id,
@@ -195,9 +274,15 @@ BEGIN
            min(p.id) FILTER (WHERE p.state IN ('failed', 'cancelled'))
     FROM job_queue_edges AS e
     JOIN job_queue AS p ON p.id = e.parent_id
-    WHERE e.child_id IN (SELECT id FROM inserted_rows WHERE state = 'waiting'
-                                                       AND cardinality(depends_on) > 0)
-    GROUP BY e.child_id;
+    WHERE e.child_id = ANY(inserted_ids)
+    GROUP BY e.child_id
+    ON CONFLICT (job_id) DO NOTHING;
+
+    -- Members join their batches first, so that one cancelled here (a
+    -- parent that already failed) counts as a member that did not succeed.
+    PERFORM job_queue_add_members(ARRAY(SELECT id FROM job_queue
+                                        WHERE id = ANY(inserted_ids) AND batch_id IS NOT NULL
+                                        ORDER BY id));
 
     -- A parent that already failed: cancelled at once, or released with
     -- the others if this row runs whatever its parents did.
@@ -205,25 +290,15 @@ BEGIN
     SET state = 'cancelled', finished_at = now(),
         last_error = format('parent job %s ended %s', w.cancelled_by, p.state)
     FROM job_queue_waits AS w, job_queue AS p
-    WHERE c.id IN (SELECT id FROM inserted_rows WHERE state = 'waiting')
+    WHERE c.id = ANY(inserted_ids)
       AND w.job_id = c.id AND w.cancelled_by IS NOT NULL AND p.id = w.cancelled_by
       AND c.on_parent_failure = 'cancel' AND c.state = 'waiting';
     PERFORM job_queue_release(ARRAY(
         SELECT w.job_id FROM job_queue_waits AS w
-        WHERE w.job_id IN (SELECT id FROM inserted_rows WHERE state = 'waiting')
-          AND w.unended = 0));
-
-    PERFORM job_queue_add_members(ARRAY(SELECT id FROM inserted_rows
-                                        WHERE batch_id IS NOT NULL ORDER BY id));
-    RETURN NULL;
+        WHERE w.job_id = ANY(inserted_ids) AND w.unended = 0
+        ORDER BY w.job_id));
 END;
 $$;
-
--- job_queue_notify_inserted notifies for the rows inserted pending; a row
--- this releases is notified by job_queue_release.
-CREATE TRIGGER job_queue_wire_inserted AFTER INSERT ON job_queue
-REFERENCING NEW TABLE AS inserted_rows
-FOR EACH STATEMENT EXECUTE FUNCTION job_queue_wire_inserted();
 
 -- New members of open batches become parents of the batches' callbacks.
 CREATE FUNCTION job_queue_add_members(members bigint[]) RETURNS void
@@ -242,7 +317,8 @@ BEGIN
     FOR SHARE;
     SELECT j.id, j.batch_id, b.sealed_at INTO bad
     FROM job_queue AS j LEFT JOIN job_queue_batches AS b ON b.id = j.batch_id
-    WHERE j.id = ANY(members) AND (b.id IS NULL OR b.sealed_at IS NOT NULL)
+    WHERE j.id = ANY(members)
+      AND (b.id IS NULL OR (b.sealed_at IS NOT NULL AND b.sealed_by <> txid_current()))
     LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'job %: batch % %', bad.id, bad.batch_id,
@@ -309,85 +385,85 @@ END;
 $$;
 
 -- A parent ended (its state entered succeeded, failed or cancelled, or it
--- was deleted unended, which counts as cancelled): each child counts it,
--- the children it was the last for are released, and, unless it succeeded,
--- the waiting descendants that would not run after a failure are
--- cancelled. Their own ends fire this again one level down, where they
--- count for their children (a 'run' child among them is released) and find
--- nothing more to cancel: the recursion is two deep whatever the graph.
--- A parent that came back from its end is job_queue_parent_revived's. One
--- function for the update and the delete, so that the common end (a
--- success) calls nothing more.
-CREATE FUNCTION job_queue_parent_changed() RETURNS trigger
+-- was deleted unended, which counts as cancelled), as its transaction
+-- commits: each child counts it, the children it was the last for are
+-- released, and, unless it succeeded, the waiting descendants that would
+-- not run after a failure are cancelled, all in one statement however deep
+-- the graph. Their own ends are settled in turn, where they count for their
+-- children (a 'run' child among them is released) and find nothing more to
+-- cancel.
+CREATE FUNCTION job_queue_parent_ended(parent bigint, parent_state text, how text)
+RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
-    parent bigint;
-    parent_state text;
-    how text;
     ready bigint[];
 BEGIN
-    IF TG_OP = 'DELETE' THEN
-        parent := OLD.id;
-        IF OLD.has_dependents AND OLD.state NOT IN ('succeeded', 'failed', 'cancelled') THEN
-            parent_state := 'cancelled';
-            how := 'was deleted';
-        END IF;
-    ELSIF NEW.state IN ('succeeded', 'failed', 'cancelled') THEN
-        parent := NEW.id;
-        parent_state := NEW.state;
-        how := 'ended ' || NEW.state;
-    ELSE
-        PERFORM job_queue_parent_revived(NEW.id);
-        RETURN NULL;
+    WITH counted AS (
+        UPDATE job_queue_waits AS w
+        SET unended = w.unended - 1
+        FROM job_queue_edges AS e
+        WHERE e.parent_id = parent AND w.job_id = e.child_id
+        RETURNING w.job_id, w.unended
+    )
+    SELECT array_agg(job_id) INTO ready FROM counted WHERE unended = 0;
+    IF ready IS NOT NULL THEN
+        PERFORM job_queue_release(ready, parent_state <> 'succeeded');
     END IF;
 
-    IF parent_state IS NOT NULL THEN
-        WITH counted AS (
-            UPDATE job_queue_waits AS w
-            SET unended = w.unended - 1
+    IF parent_state <> 'succeeded' THEN
+        WITH RECURSIVE doomed (id, cause) AS (
+            SELECT c.id, parent
             FROM job_queue_edges AS e
-            WHERE e.parent_id = parent AND w.job_id = e.child_id
-            RETURNING w.job_id, w.unended
-        )
-        SELECT array_agg(job_id) INTO ready FROM counted WHERE unended = 0;
-        IF ready IS NOT NULL THEN
-            PERFORM job_queue_release(ready, parent_state <> 'succeeded');
-        END IF;
-
-        IF parent_state <> 'succeeded' THEN
-            WITH RECURSIVE doomed (id, cause) AS (
-                SELECT c.id, parent
-                FROM job_queue_edges AS e
-                JOIN job_queue AS c ON c.id = e.child_id
-                WHERE e.parent_id = parent AND c.state = 'waiting' AND c.on_parent_failure = 'cancel'
-              UNION
-                SELECT c.id, d.id
-                FROM doomed AS d
-                JOIN job_queue_edges AS e ON e.parent_id = d.id
-                JOIN job_queue AS c ON c.id = e.child_id
-                WHERE c.state = 'waiting' AND c.on_parent_failure = 'cancel'
-            ), first_cause AS (
-                SELECT DISTINCT ON (id) id, cause FROM doomed ORDER BY id, cause
-            ), recorded AS (
-                UPDATE job_queue_waits AS w
-                SET cancelled_by = parent
-                FROM first_cause AS f
-                WHERE w.job_id = f.id
-            )
-            UPDATE job_queue AS c
-            SET state = 'cancelled', finished_at = now(),
-                last_error = CASE WHEN f.cause = parent THEN format('parent job %s %s', parent, how)
-                                  ELSE format('parent job %s was cancelled: job %s %s', f.cause, parent, how)
-                             END
+            JOIN job_queue AS c ON c.id = e.child_id
+            WHERE e.parent_id = parent AND c.state = 'waiting' AND c.on_parent_failure = 'cancel'
+          UNION
+            SELECT c.id, d.id
+            FROM doomed AS d
+            JOIN job_queue_edges AS e ON e.parent_id = d.id
+            JOIN job_queue AS c ON c.id = e.child_id
+            WHERE c.state = 'waiting' AND c.on_parent_failure = 'cancel'
+        ), first_cause AS (
+            SELECT DISTINCT ON (id) id, cause FROM doomed ORDER BY id, cause
+        ), recorded AS (
+            UPDATE job_queue_waits AS w
+            SET cancelled_by = parent
             FROM first_cause AS f
-            WHERE c.id = f.id AND c.state = 'waiting';
-        END IF;
+            WHERE w.job_id = f.id
+        )
+        UPDATE job_queue AS c
+        SET state = 'cancelled', finished_at = now(),
+            last_error = CASE WHEN f.cause = parent THEN format('parent job %s %s', parent, how)
+                              ELSE format('parent job %s was cancelled: job %s %s', f.cause, parent, how)
+                         END
+        FROM first_cause AS f
+        WHERE c.id = f.id AND c.state = 'waiting';
     END IF;
+END;
+$$;
 
+-- The triggers that leave a row's change to be settled at commit. Each
+-- fires only for rows in a workflow's or batch's graph (has_dependents, a
+-- depends_on): its WHEN is evaluated without calling anything.
+CREATE FUNCTION job_queue_parent_changed() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
     IF TG_OP = 'DELETE' THEN
-        DELETE FROM job_queue_edges WHERE parent_id = OLD.id;
+        -- Its own edges and count go now; those to its children when the
+        -- children have counted its end.
         DELETE FROM job_queue_edges WHERE child_id = OLD.id;
         DELETE FROM job_queue_waits WHERE job_id = OLD.id;
+        IF OLD.has_dependents THEN
+            PERFORM job_queue_settle_later(OLD.id, CASE
+                WHEN OLD.state IN ('succeeded', 'failed', 'cancelled') THEN 'gone'
+                ELSE 'deleted' END);
+        END IF;
+    ELSIF NEW.state IN ('succeeded', 'failed', 'cancelled') THEN
+        INSERT INTO job_queue_settling (txid, job_id, event)
+        VALUES (txid_current(), NEW.id, NEW.state);
+        INSERT INTO job_queue_settle_at_commit (txid) VALUES (txid_current())
+        ON CONFLICT DO NOTHING;
+    ELSE
+        PERFORM job_queue_settle_later(NEW.id, 'revived');
     END IF;
     RETURN NULL;
 END;
@@ -400,18 +476,20 @@ WHEN (NEW.has_dependents
           IS DISTINCT FROM (NEW.state IN ('succeeded', 'failed', 'cancelled')))
 EXECUTE FUNCTION job_queue_parent_changed();
 
--- A dependent row retried by hand waits for the parents it still has. An
--- AFTER trigger, as every row trigger on an update of job_queue is (a
--- BEFORE one would lock every row each write touches): the row is put back
--- to waiting before its transaction commits, so no worker can see it
--- pending.
+CREATE TRIGGER job_queue_dependent_deleted AFTER DELETE ON job_queue
+FOR EACH ROW
+WHEN (OLD.has_dependents OR OLD.depends_on IS NOT NULL OR OLD.state = 'waiting')
+EXECUTE FUNCTION job_queue_parent_changed();
+
+-- A dependent row retried by hand waits for the parents it still has,
+-- counted at commit with whatever else the transaction changed. An AFTER
+-- trigger, as every row trigger on an update of job_queue is (a BEFORE one
+-- would lock every row each write touches); the row is back to waiting
+-- before its transaction commits, so no worker sees it pending.
 CREATE FUNCTION job_queue_retry_dependent() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    UPDATE job_queue_waits SET cancelled_by = NULL WHERE job_id = NEW.id;
-    IF EXISTS (SELECT FROM job_queue_waits WHERE job_id = NEW.id AND unended > 0) THEN
-        UPDATE job_queue SET state = 'waiting' WHERE id = NEW.id AND state = 'pending';
-    END IF;
+    PERFORM job_queue_settle_later(NEW.id, 'retried');
     RETURN NULL;
 END;
 $$;
@@ -421,12 +499,101 @@ FOR EACH ROW
 WHEN (NEW.state = 'pending' AND OLD.state IN ('failed', 'cancelled') AND NEW.depends_on IS NOT NULL)
 EXECUTE FUNCTION job_queue_retry_dependent();
 
--- A deleted row: an unended parent counts as cancelled; its edges and its
--- count go with it.
-CREATE TRIGGER job_queue_dependent_deleted AFTER DELETE ON job_queue
-FOR EACH ROW
-WHEN (OLD.has_dependents OR OLD.depends_on IS NOT NULL OR OLD.state = 'waiting')
-EXECUTE FUNCTION job_queue_parent_changed();
+-- Everything a transaction left to settle, as it commits; again until
+-- nothing is left (a cancellation here is a parent's end to settle too).
+-- Each round first locks every count its ends change, in job order: a
+-- commit that settles ends of parents sharing children with another's waits
+-- for it on the first shared count, holding none the other needs.
+CREATE FUNCTION job_queue_settle() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    me bigint := txid_current();
+    events job_queue_settling[];
+    event job_queue_settling;
+    ready bigint[];
+BEGIN
+    LOOP
+        WITH taken AS (DELETE FROM job_queue_settling WHERE txid = me RETURNING *)
+        SELECT array_agg(taken ORDER BY taken.seq) INTO events FROM taken;
+        EXIT WHEN events IS NULL;
+
+        PERFORM FROM job_queue_waits
+        WHERE job_id IN (SELECT e.child_id FROM job_queue_edges AS e
+                         WHERE e.parent_id IN (SELECT u.job_id FROM unnest(events) AS u
+                                               WHERE u.event NOT IN ('inserted', 'retried', 'sealed')))
+           OR job_id IN (SELECT c.callback
+                         FROM unnest(events) AS u
+                         JOIN job_queue_batches AS b ON b.id = u.job_id,
+                         LATERAL (VALUES (b.on_success), (b.on_complete)) AS c(callback)
+                         WHERE u.event = 'sealed')
+        ORDER BY job_id
+        FOR UPDATE;
+
+        IF NOT EXISTS (SELECT FROM unnest(events) AS u
+                       WHERE u.event NOT IN ('succeeded', 'inserted', 'sealed')) THEN
+            -- Only successes (the common case): each child counts all of
+            -- this transaction's parents of it at once.
+            WITH ended AS (
+                SELECT e.child_id, count(*) AS parents
+                FROM unnest(events) AS u
+                JOIN job_queue_edges AS e ON e.parent_id = u.job_id
+                WHERE u.event = 'succeeded'
+                GROUP BY e.child_id
+            ), counted AS (
+                UPDATE job_queue_waits AS w
+                SET unended = w.unended - ended.parents
+                FROM ended
+                WHERE w.job_id = ended.child_id
+                RETURNING w.job_id, w.unended
+            )
+            SELECT array_agg(job_id ORDER BY job_id) INTO ready FROM counted WHERE unended = 0;
+            IF ready IS NOT NULL THEN
+                PERFORM job_queue_release(ready);
+            END IF;
+        ELSE
+            FOREACH event IN ARRAY events LOOP
+                CASE event.event
+                    WHEN 'succeeded', 'failed', 'cancelled' THEN
+                        PERFORM job_queue_parent_ended(event.job_id, event.event,
+                                                       'ended ' || event.event);
+                    WHEN 'deleted' THEN
+                        PERFORM job_queue_parent_ended(event.job_id, 'cancelled', 'was deleted');
+                    WHEN 'revived' THEN
+                        PERFORM job_queue_parent_revived(event.job_id);
+                    ELSE
+                        NULL;
+                END CASE;
+                IF event.event IN ('deleted', 'gone') THEN
+                    DELETE FROM job_queue_edges WHERE parent_id = event.job_id;
+                END IF;
+            END LOOP;
+            FOREACH event IN ARRAY events LOOP
+                IF event.event = 'retried' THEN
+                    UPDATE job_queue_waits SET cancelled_by = NULL WHERE job_id = event.job_id;
+                    UPDATE job_queue SET state = 'waiting'
+                    WHERE id = event.job_id AND state = 'pending'
+                      AND EXISTS (SELECT FROM job_queue_waits
+                                  WHERE job_id = event.job_id AND unended > 0);
+                END IF;
+            END LOOP;
+        END IF;
+
+        PERFORM job_queue_wire(ARRAY(SELECT u.job_id FROM unnest(events) AS u
+                                     WHERE u.event = 'inserted' ORDER BY u.job_id));
+        FOREACH event IN ARRAY events LOOP
+            IF event.event = 'sealed' THEN
+                PERFORM job_queue_batch_sealed(event.job_id);
+            END IF;
+        END LOOP;
+    END LOOP;
+    DELETE FROM job_queue_settle_at_commit WHERE txid = me;
+    RETURN NULL;
+END;
+$$;
+
+CREATE CONSTRAINT TRIGGER job_queue_settle AFTER INSERT ON job_queue_settle_at_commit
+DEFERRABLE INITIALLY DEFERRED
+FOR EACH ROW EXECUTE FUNCTION job_queue_settle();
 
 -- Rows from JSON, for workflows and batches from any client (psql, Prisma's
 -- $queryRaw): an array of {ref?, kind, payload?, after?: [refs of steps
@@ -599,30 +766,37 @@ LANGUAGE sql AS $$
 $$;
 
 -- No member can be added after; the callbacks count the seal as a parent
--- that ended, so a sealed batch whose members all ended (or that has none)
--- releases them here. Sealing a sealed batch does nothing.
+-- that ended (at commit, after the members this transaction added), so a
+-- sealed batch whose members all ended (or that has none) releases them
+-- then. Sealing a sealed batch does nothing.
 CREATE FUNCTION job_queue_batch_seal(batch bigint) RETURNS void
 LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE job_queue_batches SET sealed_at = now(), sealed_by = txid_current()
+    WHERE id = batch AND sealed_at IS NULL;
+    IF FOUND THEN
+        PERFORM job_queue_settle_later(batch, 'sealed');
+    ELSIF NOT EXISTS (SELECT FROM job_queue_batches WHERE id = batch) THEN
+        RAISE EXCEPTION 'batch % does not exist', batch USING ERRCODE = 'no_data_found';
+    END IF;
+END;
+$$;
+
+CREATE FUNCTION job_queue_batch_sealed(batch bigint) RETURNS void
+LANGUAGE plpgsql AS $$
 DECLARE
-    sealed job_queue_batches;
     ready bigint[];
 BEGIN
-    UPDATE job_queue_batches SET sealed_at = now()
-    WHERE id = batch AND sealed_at IS NULL
-    RETURNING * INTO sealed;
-    IF NOT FOUND THEN
-        IF NOT EXISTS (SELECT FROM job_queue_batches WHERE id = batch) THEN
-            RAISE EXCEPTION 'batch % does not exist', batch USING ERRCODE = 'no_data_found';
-        END IF;
-        RETURN;
-    END IF;
     WITH counted AS (
         UPDATE job_queue_waits
         SET unended = unended - 1
-        WHERE job_id IN (sealed.on_success, sealed.on_complete)
+        WHERE job_id IN (SELECT c.callback
+                         FROM job_queue_batches AS b,
+                         LATERAL (VALUES (b.on_success), (b.on_complete)) AS c(callback)
+                         WHERE b.id = batch)
         RETURNING job_id, unended
     )
-    SELECT array_agg(job_id) INTO ready FROM counted WHERE unended = 0;
+    SELECT array_agg(job_id ORDER BY job_id) INTO ready FROM counted WHERE unended = 0;
     PERFORM job_queue_release(ready);
 END;
 $$;
