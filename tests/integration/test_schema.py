@@ -345,3 +345,14 @@ def test_the_documented_prisma_models_match_the_migrated_tables(sql):
             "SELECT column_name, data_type, is_nullable FROM information_schema.columns"
             " WHERE table_name = %s", (table,))}
         assert columns == found, table
+
+
+def test_the_documented_prisma_config_lists_every_table_the_migrations_make(sql):
+    # A table missing there is one `prisma migrate dev` would drop as drift.
+    text = (ROOT / "docs" / "job-model.md").read_text()
+    config = re.search(r"```ts\n// prisma\.config\.ts\n(.*?)```", text, re.S).group(1)
+    external = re.search(r"external: \[(.*?)\]", config, re.S).group(1)
+    listed = set(re.findall(r'"public\.(\w+)"', external))
+    made = {name for (name,) in sql.rows(
+        "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+    assert listed == made
