@@ -1,6 +1,7 @@
-"""A dependency written while its parent is deleted (migrations/0019): the
-interleaving forced statement by statement, as tests/e2e/test_workflow_races.py
-cannot force it with real processes."""
+"""Interleavings of the release (migrations/0019) forced statement by
+statement, which tests/e2e/test_workflow_races.py cannot force with real
+processes: a dependency written while its parent is deleted, and two writes
+ending parents whose children cross."""
 
 import threading
 
@@ -8,6 +9,8 @@ import psycopg2
 import pytest
 
 from testbed.polling import wait_until
+
+ENDED = "state = 'succeeded', finished_at = now(), locked_by = NULL, lease_expires_at = NULL"
 
 
 def insert(sql, depends_on=None, **columns):
@@ -58,3 +61,43 @@ def test_a_child_inserted_while_its_parent_is_deleted_is_refused_or_cancelled(
     if "refused" not in outcome:
         assert sql.value("SELECT state FROM job_queue WHERE id = %s",
                          (outcome["child"],)) == "cancelled"
+
+
+@pytest.mark.xfail(strict=True, reason="each parent's end locks its children's counts in its"
+                   " own order: two writes whose parents' children cross lock them crosswise")
+def test_two_writes_ending_parents_whose_children_cross_do_not_deadlock(database_url, sql):
+    # Children X of (p1, p4) and Y of (p2, p3). One write ends p1 and p3, as a
+    # worker's outcome statement ends its runs, in id order; the other ends
+    # p2 and then p4, the rows of its own write on either side of the
+    # first's. p1's end locks X's count, p2's Y's; p3's then waits for Y,
+    # p4's for X: PostgreSQL aborts one write, and its worker backs off as
+    # from a database it cannot reach.
+    p1, p2, p3, p4 = (insert(sql) for _ in range(4))
+    insert(sql, depends_on=[p1, p4])
+    insert(sql, depends_on=[p2, p3])
+    second = psycopg2.connect(database_url)
+    second.cursor().execute(f"UPDATE job_queue SET {ENDED} WHERE id = %s", (p2,))
+    failures = []
+
+    def first_write():
+        try:
+            sql.rows(f"UPDATE job_queue SET {ENDED} WHERE id = ANY(%s)", ([p1, p3],))
+        except psycopg2.Error as error:
+            failures.append(error.pgcode)
+
+    first = threading.Thread(target=first_write)
+    first.start()
+    probe = type(sql)(database_url)
+    wait_until(lambda: probe.value("SELECT count(*) FROM pg_stat_activity"
+                                   " WHERE wait_event_type = 'Lock'"), 5,
+               message="the first write waiting on Y's count")
+    try:
+        second.cursor().execute(f"UPDATE job_queue SET {ENDED} WHERE id = %s", (p4,))
+        second.commit()
+    except psycopg2.Error as error:
+        failures.append(error.pgcode)
+        second.rollback()
+    first.join(10)
+    probe.close()
+    second.close()
+    assert failures == []
