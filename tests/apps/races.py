@@ -12,7 +12,10 @@ connection of this handler thread's own. What a run does is in its payload:
 - ``"fail": "always"`` raises on every attempt, ``"first"`` on the first
   only, and ``"until_flag"`` until the test inserts a row of race_flags
   named by ``"flag"``;
-- ``"sleep": S`` sleeps S seconds.
+- ``"sleep": S`` sleeps S seconds;
+- ``"in_transaction": true`` ends a run that succeeds in ``j.transaction()``,
+  which writes the job's success, and so releases its dependents, in the
+  handler's own transaction, with the run's end recorded in it.
 """
 
 import os
@@ -52,6 +55,10 @@ def _sql(statement, params=()):
         return cur.fetchone() if cur.description else None
 
 
+_RECORD_END = ("UPDATE race_runs SET finished_at = clock_timestamp(), outcome = %s"
+               " WHERE run_id = %s")
+
+
 def _wait_at_the_gate(key):
     _sql("SELECT pg_advisory_lock_shared(%s)", (key,))
     _sql("SELECT pg_advisory_unlock_shared(%s)", (key,))
@@ -81,7 +88,10 @@ def race_step(j):
         _hold(j)
     time.sleep(j.payload.get("sleep", 0))
     failing = _fails(j)
-    _sql("UPDATE race_runs SET finished_at = clock_timestamp(), outcome = %s"
-         " WHERE run_id = %s", ("raised" if failing else "ok", run))
+    if j.payload.get("in_transaction") and not failing:
+        with j.transaction() as conn, conn.cursor() as cur:
+            cur.execute(_RECORD_END, ("ok", run))
+        return
+    _sql(_RECORD_END, ("raised" if failing else "ok", run))
     if failing:
         raise RuntimeError(f"attempt {j.attempt} of job {j.id} fails on purpose")

@@ -4,7 +4,8 @@ supervisors against one database.
 Two supervisors of four workers with eight slots each run
 tests/apps/races.py, which records every run with the server's clock. The
 scenario packs the races of the field into one graph: a wide fan-in and
-diamonds whose parents end in the same instant (they wait on one gate),
+diamonds whose parents end in the same instant (they wait on one gate;
+some write their success in their handler's own transaction),
 children inserted before their parents end, while they end (a producer
 process) and after; parents retried, failed, cancelled pending and
 running, deleted, retried by hand, SIGKILLed mid-run with their worker, and
@@ -54,14 +55,16 @@ def gate(database_url):
 def build(graph):
     """The jobs inserted before any of them runs, by name (lists for groups)."""
     g = {}
-    g["fan_in"] = (graph.add(FAN_IN - 8, gate=Gate.KEY)
-                   + graph.add(8, gate=Gate.KEY, fail="first"))
+    g["fan_in"] = (graph.add(FAN_IN - 16, gate=Gate.KEY)
+                   + graph.add(8, gate=Gate.KEY, fail="first")
+                   + graph.add(8, gate=Gate.KEY, in_transaction=True))
     g["fan_in_child"] = graph.one(after=g["fan_in"])
     g["grandchild"] = graph.one(after=[g["fan_in_child"]])
     g["diamond_tops"] = graph.add(4)
     g["diamond_sides"], g["diamond_bottoms"] = [], []
     for top in g["diamond_tops"]:
-        sides = graph.add(2, after=[top], gate=Gate.KEY)
+        sides = graph.add(after=[top], gate=Gate.KEY) + graph.add(
+            after=[top], gate=Gate.KEY, in_transaction=True)
         g["diamond_sides"] += sides
         g["diamond_bottoms"] += graph.add(after=sides)
     g["failing"] = graph.one(fail="always", max_attempts=1)
@@ -223,7 +226,8 @@ def test_batch_callbacks_run_exactly_once(races, gate, start_supervisor):
     graph = Graph(races)
     b = {}
     b["together"] = graph.open_batch("together")
-    graph.add(18, batch=b["together"], gate=Gate.KEY)
+    graph.add(14, batch=b["together"], gate=Gate.KEY)
+    graph.add(4, batch=b["together"], gate=Gate.KEY, in_transaction=True)
     retried = graph.add(6, batch=b["together"], gate=Gate.KEY, fail="first")
     graph.seal(b["together"])
     b["sealed_as_they_end"] = graph.open_batch("sealed as they end")
