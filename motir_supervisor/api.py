@@ -38,9 +38,19 @@ from __future__ import annotations
 import datetime
 import inspect
 import math
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Literal, Mapping
 
 from . import db
+
+#: What a parent's failure (failed or cancelled) does to a job that waits
+#: for it: "cancel" it (and so on down the graph), or "run" it anyway.
+OnParentFailure = Literal["cancel", "run"]
+ON_PARENT_FAILURE = ("cancel", "run")
+#: Ids are bigints drawn from 1 up.
+_LARGEST_ID = 2 ** 63 - 1
+#: The unique index holds pending and running rows: two waiting jobs with
+#: one key could not both be released (migrations/0019 refuses them too).
+_WAITING_WITH_KEY = "a job that waits for others (depends_on) cannot have a unique_key"
 
 
 class Enqueued(int):
@@ -79,7 +89,8 @@ def enqueue(conn: db.Connection, kind: str, payload: Any = None, *,
             queue: str = KINDS_QUEUE, delay: float | None = None,
             run_at: datetime.datetime | None = None, priority: int | None = None,
             unique_key: str | None = None, max_attempts: int | None = None,
-            concurrency_key: str | None = None) -> Enqueued:
+            concurrency_key: str | None = None, depends_on: Iterable[int] | None = None,
+            on_parent_failure: OnParentFailure = "cancel") -> Enqueued:
     """Insert one job in ``conn``'s transaction and return its id; with a
     ``unique_key`` another pending or running job of ``queue`` holds, insert
     nothing and return that job's id, its ``duplicate`` true (see
@@ -93,6 +104,13 @@ def enqueue(conn: db.Connection, kind: str, payload: Any = None, *,
     fleet's: the default queue, priority 0, 25 attempts. ``concurrency_key``
     (a non-empty str) is what the kind's ``max_running_per_key`` counts by.
 
+    ``depends_on`` (job ids) makes the job wait: it starts ``waiting``, and
+    the database makes it ``pending`` in the transaction that ends the last
+    of those jobs. If one of them ends failed or cancelled, the job is
+    cancelled (``on_parent_failure="cancel"``, naming that parent in its
+    last_error), or released all the same (``"run"``). An id of no job fails
+    the statement. Such a job cannot have a ``unique_key``.
+
     A bad argument raises TypeError or ValueError before anything is sent, so
     the transaction stays usable. Values the schema refuses (a
     ``max_attempts`` below 1, a ``priority`` outside a smallint) fail the
@@ -102,7 +120,8 @@ def enqueue(conn: db.Connection, kind: str, payload: Any = None, *,
     [(job_id, inserted)] = db.enqueue_jobs(conn, [_new_job(
         kind, payload, queue=queue, delay=delay, run_at=run_at, priority=priority,
         unique_key=unique_key, max_attempts=max_attempts,
-        concurrency_key=concurrency_key)])
+        concurrency_key=concurrency_key, depends_on=depends_on,
+        on_parent_failure=on_parent_failure)])
     return Enqueued(job_id, duplicate=not inserted)
 
 
@@ -111,7 +130,7 @@ def enqueue_many(conn: db.Connection, jobs: Iterable[Mapping[str, Any]]) -> list
     in the order given, each an :class:`Enqueued`.
 
     Each job is a dict of :func:`enqueue`'s arguments (``kind``, ``payload``,
-    ``queue``, ...), with the same rules. A job whose unique key an earlier
+    ``queue``, ``depends_on``, ...), with the same rules. A job whose unique key an earlier
     one of the same call has gets that one's id, as it would from two calls.
     A bad job raises before anything is sent, naming its place (``jobs[3]``).
     """
@@ -141,7 +160,9 @@ def _new_jobs(jobs: Iterable[Mapping[str, Any]]) -> list[db.NewJob]:
 def _new_job(kind: str, payload: Any = None, *, queue: str = KINDS_QUEUE,
              delay: float | None = None, run_at: datetime.datetime | None = None,
              priority: int | None = None, unique_key: str | None = None,
-             max_attempts: int | None = None, concurrency_key: str | None = None) -> db.NewJob:
+             max_attempts: int | None = None, concurrency_key: str | None = None,
+             depends_on: Iterable[int] | None = None,
+             on_parent_failure: OnParentFailure = "cancel") -> db.NewJob:
     # What the schema would refuse only after aborting the transaction.
     for name, value, types, what in (
             ("kind", kind, str, "a str"), ("queue", queue, str, "a str"),
@@ -155,6 +176,9 @@ def _new_job(kind: str, payload: Any = None, *, queue: str = KINDS_QUEUE,
         raise ValueError("concurrency_key must not be empty: give None for no key")
     if delay is not None and run_at is not None:
         raise ValueError("give delay or run_at, not both")
+    parents = job_ids("depends_on", depends_on)
+    if parents and unique_key is not None:
+        raise ValueError(_WAITING_WITH_KEY)
     if run_at is not None:
         if not isinstance(run_at, datetime.datetime):
             raise TypeError(f"run_at must be a datetime, not {run_at!r}")
@@ -170,7 +194,30 @@ def _new_job(kind: str, payload: Any = None, *, queue: str = KINDS_QUEUE,
     return db.NewJob(kind, db.encode_payload(payload), None if queue is KINDS_QUEUE else queue,
                      run_at,
                      0.0 if delay is None else float(delay), priority, unique_key, max_attempts,
-                     concurrency_key)
+                     concurrency_key, parents or None, check_on_parent_failure(on_parent_failure))
+
+
+def job_ids(name: str, ids: Iterable[int] | None) -> tuple[int, ...]:
+    """``ids`` as a tuple of job ids (empty for None), or TypeError or
+    ValueError naming ``name``: what the schema would refuse only after
+    aborting the transaction."""
+    if ids is None:
+        return ()
+    if isinstance(ids, (str, bytes, int)) or not isinstance(ids, Iterable):
+        raise TypeError(f"{name} must be a list of job ids, not {ids!r}")
+    found = tuple(ids)
+    for job_id in found:
+        if not isinstance(job_id, int) or isinstance(job_id, bool):
+            raise TypeError(f"{name} must hold job ids (int), not {job_id!r}")
+        if not 1 <= job_id <= _LARGEST_ID:
+            raise ValueError(f"{name} must hold job ids (1 and up), not {job_id!r}")
+    return found
+
+
+def check_on_parent_failure(policy: Any) -> str:
+    if policy not in ON_PARENT_FAILURE or not isinstance(policy, str):
+        raise ValueError(f"on_parent_failure must be 'cancel' or 'run', not {policy!r}")
+    return str(policy)
 
 
 #: What a dict of enqueue_many may hold.

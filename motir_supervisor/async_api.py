@@ -28,14 +28,16 @@ import datetime
 from typing import Any, Iterable, Mapping
 
 from . import db
-from .api import KINDS_QUEUE, Enqueued, _new_job, _new_jobs
+from .api import KINDS_QUEUE, Enqueued, OnParentFailure, _new_job, _new_jobs
 
 
 async def enqueue_async(conn: db.AsyncConnection, kind: str, payload: Any = None, *,
                         queue: str = KINDS_QUEUE, delay: float | None = None,
                         run_at: datetime.datetime | None = None, priority: int | None = None,
                         unique_key: str | None = None, max_attempts: int | None = None,
-                        concurrency_key: str | None = None) -> Enqueued:
+                        concurrency_key: str | None = None,
+                        depends_on: Iterable[int] | None = None,
+                        on_parent_failure: OnParentFailure = "cancel") -> Enqueued:
     """:func:`api.enqueue` on an async connection: insert one job in
     ``conn``'s transaction and return its id, or the id of the pending or
     running job of ``queue`` already holding ``unique_key`` (its
@@ -43,7 +45,8 @@ async def enqueue_async(conn: db.AsyncConnection, kind: str, payload: Any = None
     [(job_id, inserted)] = await db.enqueue_jobs_async(conn, [_new_job(
         kind, payload, queue=queue, delay=delay, run_at=run_at, priority=priority,
         unique_key=unique_key, max_attempts=max_attempts,
-        concurrency_key=concurrency_key)])
+        concurrency_key=concurrency_key, depends_on=depends_on,
+        on_parent_failure=on_parent_failure)])
     return Enqueued(job_id, duplicate=not inserted)
 
 

@@ -233,9 +233,16 @@ def _print_migration_status(applied: list[db.Applied] | None) -> None:
               help="At most one pending or running job of the queue has this key.")
 @click.option("--concurrency-key", default=None,
               help="What the kind's max_running_per_key counts by.")
+@click.option("--depends-on", "depends_on", multiple=True, metavar="ID",
+              help="Wait for this job to end before running (repeatable).")
+@click.option("--on-parent-failure", default="cancel", show_default=True,
+              metavar="cancel|run",
+              help="What a job it waits for ending failed or cancelled does: cancel this"
+                   " one, or run it anyway.")
 def enqueue(database_url: str | None, kind: str, payload: str, delay: float,
             queue: str | None, max_attempts: int | None, priority: int | None,
-            unique_key: str | None, concurrency_key: str | None) -> None:
+            unique_key: str | None, concurrency_key: str | None,
+            depends_on: tuple[str, ...], on_parent_failure: str) -> None:
     """Insert one job and print its id (or the id of the job holding --unique-key)."""
     try:
         decoded = json.loads(payload)
@@ -247,15 +254,31 @@ def enqueue(database_url: str | None, kind: str, payload: str, delay: float,
         raise click.ClickException(f"--payload: {exc}") from None
     if concurrency_key == "":
         raise click.ClickException("--concurrency-key must not be empty")
+    parents = [_job_id_option("--depends-on", given) for given in depends_on]
+    if on_parent_failure not in ("cancel", "run"):
+        raise click.ClickException(f"--on-parent-failure must be cancel or run, not"
+                                   f" {on_parent_failure!r}")
     with database(database_url, "enqueue") as store:
         job_id, inserted = store.enqueue(kind, decoded, queue=queue, delay_seconds=delay,
                                          max_attempts=max_attempts, priority=priority,
                                          unique_key=unique_key,
-                                         concurrency_key=concurrency_key)
+                                         concurrency_key=concurrency_key, depends_on=parents,
+                                         on_parent_failure=on_parent_failure)
     click.echo(job_id)
     if not inserted:
         click.echo(f"job {job_id} is already pending or running with unique key"
                    f" {unique_key!r} in its queue; nothing was inserted", err=True)
+
+
+def _job_id_option(option: str, given: str) -> int:
+    try:
+        job_id = int(given)
+    except ValueError:
+        job_id = 0
+    if not 1 <= job_id < 2 ** 63:
+        raise click.ClickException(f"{option} takes a job id (a whole number from 1), not"
+                                   f" {given!r}")
+    return job_id
 
 
 @main.command()
@@ -282,7 +305,8 @@ def resume(database_url: str | None, queue: str) -> None:
 @main.command()
 @database_option
 def status(database_url: str | None) -> None:
-    """Queue depth, the oldest due job, running jobs and expired leases."""
+    """Queue depth, the oldest due job, jobs waiting for others, running jobs and
+    expired leases."""
     with database(database_url, "status") as store:
         report = store.queue_status()
     click.echo("jobs by queue and state:")
@@ -292,6 +316,9 @@ def status(database_url: str | None) -> None:
         click.echo(f"  {queue:<20} {state:<10} {count:>10}")
     oldest = report["oldest_due_seconds"]
     click.echo("oldest due job: " + ("none" if oldest is None else f"waiting {oldest:.1f}s"))
+    # Not due, whatever their run_at: each starts once the jobs it names end.
+    click.echo("waiting for other jobs: "
+               f"{sum(count for _, state, count in report['counts'] if state == 'waiting')}")
     click.echo(f"running: {len(report['running'])}")
     for job_id, queue, kind, attempts, claimant, lease_left in report["running"]:
         click.echo(f"  job {job_id} {kind} ({queue}) attempt {attempts} by {claimant},"

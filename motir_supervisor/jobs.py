@@ -14,6 +14,9 @@ does::
 ``retry`` do (the same statements, see :mod:`.db.jobs`). Nothing here
 commits, rolls back or changes ``autocommit``, and nothing holds SQL: a
 rolled-back transaction leaves no cancel or retry behind.
+
+:class:`Parent` and :class:`BatchProgress` are what a handler reads of the
+jobs before its own (``j.parents``, ``j.batch``: see worker/upstream.py).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any, Iterable, Literal, Mapping
 import psycopg2.extensions
 
 from .db import jobs as db_jobs
+from .db.rows import BatchRecord, ParentRecord
 
 
 class JobState(StrEnum):
@@ -83,6 +87,42 @@ class JobRow:
     concurrency_key: str | None
     #: An operator asked its running handler to stop (see cancel_job).
     cancel_requested: bool
+    #: The jobs it waits for, as its producer named them; empty for none.
+    depends_on: tuple[int, ...] = ()
+    #: What a parent's failure does to it: "cancel" it, or "run" it anyway.
+    on_parent_failure: str = "cancel"
+    #: The workflow it is a step of, and that step's name; None for none.
+    workflow_id: int | None = None
+    step: str | None = None
+    #: The batch it is a member of; None for none.
+    batch_id: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Parent:
+    """A job that a handler's job waited for, as ``j.parents`` reads it."""
+
+    id: int
+    #: Its step's name in its workflow; None for a job of no workflow.
+    step: str | None
+    kind: str
+    state: JobState
+    #: What its handler returned (decoded JSON), or None.
+    output: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchProgress:
+    """A batch as its callback's ``j.batch`` reads it: its members by state."""
+
+    id: int
+    name: str | None
+    #: How many members are in each state, every state present (0 for none).
+    counts: Mapping[JobState, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
 
 
 class JobNotFound(LookupError):
@@ -196,7 +236,8 @@ def _reread(conn: psycopg2.extensions.connection, job_id: int) -> JobRow:
 def _job_row(record: db_jobs.JobRecord) -> JobRow:
     # A history a client overwrote with something other than a list is none.
     errors = tuple(record.errors) if isinstance(record.errors, list) else ()
-    return JobRow(**{**record._asdict(), "state": JobState(record.state), "errors": errors})
+    return JobRow(**{**record._asdict(), "state": JobState(record.state), "errors": errors,
+                     "depends_on": tuple(record.depends_on or ())})
 
 
 def _connection(conn: Any) -> psycopg2.extensions.connection:
@@ -220,3 +261,18 @@ def _several(name: str, value: str | Iterable[str] | None) -> list[str] | None:
         if not isinstance(one, str):
             raise TypeError(f"{name} must be a str or an iterable of str, not {one!r}")
     return [str(one) for one in values]
+
+
+def parents_from(records: Iterable[ParentRecord]) -> list[Parent]:
+    """j.parents of the rows the worker read."""
+    return [Parent(r.id, r.step, r.kind, JobState(r.state), r.output) for r in records]
+
+
+def batch_progress_from(record: BatchRecord | None) -> BatchProgress | None:
+    """j.batch of the row the worker read (None: the job is no callback)."""
+    if record is None:
+        return None
+    counts = dict.fromkeys(JobState, 0)
+    for state, count in (record.counts or {}).items():
+        counts[JobState(state)] = count
+    return BatchProgress(record.id, record.name, counts)

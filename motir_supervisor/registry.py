@@ -20,6 +20,7 @@ from . import policy as policies
 
 if TYPE_CHECKING:
     from .schedule import Schedule
+    from .jobs import BatchProgress, Parent
 
 Handler = Callable[["Job"], Any]
 #: A handler as decorated: @job gives it back unchanged, its type too.
@@ -281,6 +282,19 @@ class StopRequest(Protocol):
     def is_set(self) -> bool: ...
 
 
+class Upstream(Protocol):
+    """What ``j.parents`` and ``j.batch`` read: the worker's reads of the
+    database, or what testing.run_job was given."""
+
+    def parents_of(self, job_id: int) -> list[Parent]: ...
+
+    def batch_of(self, job_id: int) -> BatchProgress | None: ...
+
+
+#: j.batch before it was read (None is a value: no batch).
+_NOT_READ: Any = object()
+
+
 class Job:
     """What a handler receives: the job's values and its drain cooperation.
 
@@ -292,13 +306,13 @@ class Job:
 
     __slots__ = ("id", "kind", "queue", "_payload", "_payload_json", "attempt", "max_attempts",
                  "checkpoint_data", "_stopping", "_save_checkpoint", "_transaction",
-                 "trace_context")
+                 "trace_context", "_upstream", "_parents", "_batch")
 
     def __init__(self, *, id: int, kind: str, queue: str, payload: Any = None, attempt: int,
                  max_attempts: int, checkpoint_data: Any, stopping: StopRequest,
                  save_checkpoint: Callable[[Any], bool], payload_json: str | None = None,
                  transaction: Callable[[], ContextManager[Any]] | None = None,
-                 trace_context: Any = None) -> None:
+                 trace_context: Any = None, upstream: Upstream | None = None) -> None:
         self.id = id
         self.kind = kind
         self.queue = queue
@@ -316,6 +330,10 @@ class Job:
         #: The W3C trace context of the code that enqueued the job (the
         #: row's trace_context), or None.
         self.trace_context = trace_context
+        #: Read once each, when the handler first asks (see parents, batch).
+        self._upstream = upstream
+        self._parents: list[Parent] | None = None
+        self._batch: BatchProgress | None = _NOT_READ
 
     @property
     def payload(self) -> Any:
@@ -336,6 +354,27 @@ class Job:
     def payload(self, value: Any) -> None:
         with _PAYLOAD_LOCK:
             self._payload, self._payload_json = value, None
+
+    @property
+    def parents(self) -> list[Parent]:
+        """The jobs this one waited for (its workflow's steps before it, its
+        ``depends_on``, a batch's members), by id: each one's ``id``,
+        ``step``, ``kind``, ``state`` and ``output``. Read with one query
+        when first asked, then kept; a job that waited for none has none.
+        The query is a round trip of the worker's: in an ``async def``
+        handler, the event loop waits for it."""
+        if self._parents is None:
+            self._parents = [] if self._upstream is None else self._upstream.parents_of(self.id)
+        return self._parents
+
+    @property
+    def batch(self) -> BatchProgress | None:
+        """For a batch's ``on_success`` or ``on_complete`` job: the batch's
+        ``id``, ``name`` and its members' ``counts`` by state; None for any
+        other job. Read with one query when first asked, then kept."""
+        if self._batch is _NOT_READ:
+            self._batch = None if self._upstream is None else self._upstream.batch_of(self.id)
+        return self._batch
 
     @property
     def stopping(self) -> bool:

@@ -32,6 +32,8 @@ from .outcomes import Outcome
 from .worker import running
 from .worker.claims import Claim, Run
 from .worker.transactions import Transactions
+from .worker.upstream import Upstream
+from .jobs import BatchProgress, Parent
 
 #: What an app's tests import; docs/api.md lists each (tests/unit/test_docs.py checks).
 __all__ = ["FAILED", "INTERRUPTED", "JobOutcome", "RETRY", "SNOOZED", "SUCCEEDED", "UnknownKind",
@@ -95,7 +97,8 @@ def run_job(kind: str, payload: Any = None, *, attempt: int = 1,
             retry_base_seconds: float = RETRY_BASE_SECONDS,
             retry_max_seconds: float = RETRY_MAX_SECONDS,
             save_checkpoint: Callable[[Any], bool] | None = None,
-            transaction: Callable[[], ContextManager[Any]] | None = None) -> JobOutcome:
+            transaction: Callable[[], ContextManager[Any]] | None = None,
+            parents: Sequence[Parent] = (), batch: BatchProgress | None = None) -> JobOutcome:
     """Run ``kind``'s handler once, here and now, and say how it ended.
 
     ``stopping`` is what ``j.stopping`` reads (a deploy's SIGTERM): a handler
@@ -105,7 +108,8 @@ def run_job(kind: str, payload: Any = None, *, attempt: int = 1,
     ``max_attempts`` and ``queue`` None are the kind's policy's (else 25
     attempts, the default queue), as for a row that leaves them unset; the
     retry delay is the kind's, or the fleet's from ``retry_base_seconds``
-    and ``retry_max_seconds``.
+    and ``retry_max_seconds``. ``parents`` and ``batch`` are what the
+    handler reads as ``j.parents`` and ``j.batch``.
     """
     registration = registry.registration_for(kind)
     if registration is None:
@@ -126,8 +130,22 @@ def run_job(kind: str, payload: Any = None, *, attempt: int = 1,
     handle = registry.Job(id=job_id, kind=kind, queue=queue, payload=payload, attempt=attempt,
                           max_attempts=max_attempts, checkpoint_data=checkpoint_data,
                           stopping=run.stopping, save_checkpoint=_keeping(saved, save_checkpoint),
-                          transaction=transaction)
+                          transaction=transaction, upstream=_Given(list(parents), batch))
     return _run(run, handle, saved, retry_base_seconds, retry_max_seconds)
+
+
+class _Given:
+    """The parents and batch run_job was given, as j.parents and j.batch read them."""
+
+    def __init__(self, parents: list[Parent], batch: BatchProgress | None):
+        self.parents = parents
+        self.batch = batch
+
+    def parents_of(self, job_id: int) -> list[Parent]:
+        return self.parents
+
+    def batch_of(self, job_id: int) -> BatchProgress | None:
+        return self.batch
 
 
 #: What a Run needs of the claim it came in; nothing here reads it.
@@ -250,5 +268,5 @@ def _run_claimed(store: db.JobStore, transactions: Transactions, job: db.Claimed
     run = Run(job, _CLAIM, -1, registry.registration_for(job.kind))
     saved: list[Any] = []
     handle = running.handle(run, _keeping(saved, lambda data: store.save_checkpoint(
-        job.id, CLAIMANT, data)), transactions)
+        job.id, CLAIMANT, data)), transactions, Upstream(store))
     return _run(run, handle, saved, retry_base_seconds, retry_max_seconds)

@@ -13,6 +13,8 @@ command line and the dashboard run goes through here.
   on a connection of the caller's.
 - :mod:`.drivers` — running the enqueue's statements on whichever driver
   made that connection: psycopg2, psycopg 3, SQLAlchemy, sync or async.
+- :mod:`.workflows` — a workflow's steps, and a batch opened and sealed,
+  on a connection of the caller's, through the same drivers.
 - :mod:`.jobs` — the jobs the Python API reads, and its cancel and retry,
   on a connection of the caller's.
 - :mod:`.transactions` — the job's success written in its handler's own
@@ -42,18 +44,19 @@ from .limits import Limits
 from .migrations import (Applied, Migration, load_migrations, pending_migrations,
                          pending_sql)
 from .operations import PRUNED_TOGETHER, Operations
-from .rows import (CancelResult, ClaimedJob, Lease, Outcome, Result, RetryResult, Rows,
-                   ScheduleSeen, Settled, StateOfJob, generations_of)
+from .rows import (BatchRecord, CancelResult, ClaimedJob, Lease, Outcome, ParentRecord, Result,
+                   RetryResult, Rows, ScheduleSeen, Settled, StateOfJob, generations_of)
 from .session import Session
 from .statements import DECLARED, PREPARED, QUERIES, Declared, prepared_form, text_of
 from .store import ANY_QUEUE, CONNECTION_ERRORS, STATES, WAKEUP_CHANNEL, JobStore
 from .transactions import record_success_in_transaction, reset_session
 
 __all__ = [
-    "ANY_QUEUE", "AsyncConnection", "CONNECTION_ERRORS", "CancelResult", "ClaimedJob", "Connection",
-    "DECLARED", "Declared", "JobStore", "KindPolicy", "Lease", "Limits", "Migration", "NewJob",
-    "Operations", "Outcome", "PREPARED", "PRUNED_TOGETHER", "QUERIES", "Result", "RetryResult",
-    "Rows", "STATES", "ScheduleSeen", "Session", "Settled", "StateOfJob", "UNIQUE_KEY_TRIES",
+    "ANY_QUEUE", "AsyncConnection", "BatchRecord", "CONNECTION_ERRORS", "CancelResult",
+    "ClaimedJob", "Connection", "DECLARED", "Declared", "JobStore", "KindPolicy", "Lease",
+    "Limits", "Migration", "NewJob", "Operations", "Outcome", "PREPARED", "PRUNED_TOGETHER",
+    "ParentRecord", "QUERIES", "Result", "RetryResult", "Rows", "STATES", "ScheduleSeen",
+    "Session", "Settled", "StateOfJob", "UNIQUE_KEY_TRIES",
     "WAKEUP_CHANNEL", "connect", "describe_dsn", "encode_payload", "enqueue_jobs",
     "enqueue_jobs_async", "generations_of", "load_migrations", "one_line", "prepared_form",
     "record_success_in_transaction", "reset_session", "scrub", "text_of",

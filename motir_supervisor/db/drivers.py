@@ -1,9 +1,9 @@
-"""Running a sequence of statements (an enqueue, see :mod:`.enqueueing`) on
-the caller's connection, whichever driver made it: psycopg2, psycopg 3 and
-SQLAlchemy's Session or Connection in :func:`run`; psycopg 3's
-AsyncConnection and SQLAlchemy's AsyncSession or AsyncConnection in
-:func:`run_async`, which awaits every statement and so never blocks the
-event loop.
+"""Running a sequence of statements (an enqueue, see :mod:`.enqueueing`; a
+workflow or a batch, see :mod:`.workflows`) on the caller's connection,
+whichever driver made it: psycopg2, psycopg 3 and SQLAlchemy's Session or
+Connection in :func:`run`; psycopg 3's AsyncConnection and SQLAlchemy's
+AsyncSession or AsyncConnection in :func:`run_async`, which awaits every
+statement and so never blocks the event loop.
 
 Each driver gets a small executor that sends one :class:`Statement` (the
 text of a named block, with ``%(name)s`` parameters) and hands back its
@@ -65,10 +65,18 @@ class Statement(NamedTuple):
     parameters: dict[str, Any]
 
 
-def run(conn: Connection, steps: Generator[Statement, Result, T]) -> T:
+#: What a sync call given an async connection says to do instead, and the
+#: other way round.
+_AWAIT_INSTEAD = "await enqueue_async (or enqueue_many_async) with it"
+_CALL_INSTEAD = "call enqueue (or enqueue_many) with it"
+
+
+def run(conn: Connection, steps: Generator[Statement, Result, T], *,
+        instead: str = _AWAIT_INSTEAD) -> T:
     """Send each statement ``steps`` yields over ``conn``, send it back what
-    that statement returned, and return what ``steps`` returns."""
-    execute = _executor(conn)
+    that statement returned, and return what ``steps`` returns. ``instead``
+    says what to do with an async connection, given here by mistake."""
+    execute = _executor(conn, instead)
     try:
         statement = next(steps)
         while True:
@@ -77,9 +85,10 @@ def run(conn: Connection, steps: Generator[Statement, Result, T]) -> T:
         return done.value
 
 
-async def run_async(conn: AsyncConnection, steps: Generator[Statement, Result, T]) -> T:
+async def run_async(conn: AsyncConnection, steps: Generator[Statement, Result, T], *,
+                    instead: str = _CALL_INSTEAD) -> T:
     """:func:`run` on an async connection, each statement awaited."""
-    execute = _async_executor(conn)
+    execute = _async_executor(conn, instead)
     try:
         statement = next(steps)
         while True:
@@ -113,21 +122,19 @@ def _driver_of(conn: Any) -> str | None:
     return None
 
 
-def _executor(conn: Any) -> Callable[[Statement], Result]:
+def _executor(conn: Any, instead: str) -> Callable[[Statement], Result]:
     driver = _driver_of(conn)
     if driver in _ASYNC_EXECUTORS:
-        raise TypeError(f"conn is an async connection ({type(conn).__name__}): await"
-                        f" enqueue_async (or enqueue_many_async) with it")
+        raise TypeError(f"conn is an async connection ({type(conn).__name__}): {instead}")
     if driver is None:
         raise TypeError(f"conn must be {_SYNC_ACCEPTED}, not {type(conn).__name__}")
     return _SYNC_EXECUTORS[driver](conn)
 
 
-def _async_executor(conn: Any) -> Callable[[Statement], Awaitable[Result]]:
+def _async_executor(conn: Any, instead: str) -> Callable[[Statement], Awaitable[Result]]:
     driver = _driver_of(conn)
     if driver in _SYNC_EXECUTORS:
-        raise TypeError(f"conn is not an async connection ({type(conn).__name__}): call"
-                        f" enqueue (or enqueue_many) with it")
+        raise TypeError(f"conn is not an async connection ({type(conn).__name__}): {instead}")
     if driver is None:
         raise TypeError(f"conn must be {_ASYNC_ACCEPTED}, not {type(conn).__name__}")
     return _ASYNC_EXECUTORS[driver](conn)

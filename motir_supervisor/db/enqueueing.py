@@ -44,6 +44,12 @@ class NewJob(NamedTuple):
     max_attempts: int | None = None
     #: What the kind's max_running_per_key counts by; None for no key.
     concurrency_key: str | None = None
+    #: The jobs it waits for (it starts ``waiting``); None or empty for none.
+    depends_on: tuple[int, ...] | None = None
+    #: What a parent's failure does to it: 'cancel' it, or 'run' it anyway.
+    on_parent_failure: str = "cancel"
+    #: The open batch it is a member of; None for none.
+    batch_id: int | None = None
 
 
 class Inserted(NamedTuple):
@@ -189,8 +195,12 @@ def _with_queues(jobs: Sequence[NewJob]) -> Generator[Statement, Result, Sequenc
 
 def _insert_jobs(jobs: Sequence[NewJob]) -> Generator[Statement, Result, list[int | None]]:
     """The new id of each job, None for one whose unique key is held."""
+    columns = {field: list(values) for field, values in zip(NewJob._fields, zip(*jobs))}
+    # An array of arrays must be rectangular: each job's ids go as the text
+    # of an array, which the statement casts.
+    columns["depends_on"] = [_array_text(ids) for ids in columns["depends_on"]]
     rows = _INSERTED.of((yield Statement(text_of("enqueue_jobs"), {
-        **{field: list(values) for field, values in zip(NewJob._fields, zip(*jobs))},
+        **columns,
         # Enqueued inside a span: its runs join that trace.
         "trace_context": tracing.current_trace_context()})))
     # Sorted by id, so in the order the jobs were given (see enqueue_jobs in
@@ -200,6 +210,11 @@ def _insert_jobs(jobs: Sequence[NewJob]) -> Generator[Statement, Result, list[in
     unkeyed = iter([row.id for row in rows if row.unique_key is None])
     return [next(unkeyed) if job.unique_key is None else keyed.get((job.queue, job.unique_key))
             for job in jobs]
+
+
+def _array_text(ids: Sequence[int] | None) -> str | None:
+    """``{1,2}``: PostgreSQL's text of a bigint[]; None for no ids."""
+    return "{" + ",".join(str(int(i)) for i in ids) + "}" if ids else None
 
 
 def _holders_of_keys(jobs: Sequence[NewJob]) -> Generator[Statement, Result, dict[UniqueKey, int]]:

@@ -41,6 +41,11 @@ class JobRecord(NamedTuple):
     unique_key: str | None
     concurrency_key: str | None
     cancel_requested: bool
+    depends_on: list[int] | None
+    on_parent_failure: str
+    workflow_id: int | None
+    step: str | None
+    batch_id: int | None
 
 
 JOB_RECORDS = Rows(JobRecord)

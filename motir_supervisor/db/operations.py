@@ -87,12 +87,15 @@ class Operations:
                 delay_seconds: float = 0, max_attempts: int | None = None,
                 priority: int | None = None,
                 unique_key: str | None = None,
-                concurrency_key: str | None = None) -> tuple[int, bool]:
+                concurrency_key: str | None = None, depends_on: Sequence[int] = (),
+                on_parent_failure: str = "cancel") -> tuple[int, bool]:
         """(job id, inserted): with a ``unique_key`` another pending or running
         job of the queue holds, nothing is inserted and that job's id returns.
-        What is None (queue, max_attempts, priority) follows the kind's policy."""
+        What is None (queue, max_attempts, priority) follows the kind's policy.
+        With ``depends_on``, the job waits for those jobs (see api.enqueue)."""
         job = NewJob(kind, encode_payload(payload), queue, None, delay_seconds, priority,
-                     unique_key, max_attempts, concurrency_key)
+                     unique_key, max_attempts, concurrency_key, tuple(depends_on) or None,
+                     on_parent_failure)
         return enqueue_jobs(self.conn, [job])[0]
 
     def database_now(self) -> Any:

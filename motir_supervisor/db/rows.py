@@ -203,9 +203,30 @@ class RetryResult(NamedTuple):
     key_holder: int | None
 
 
+class ParentRecord(NamedTuple):
+    """A job another waited for, as a handler reads it (j.parents)."""
+
+    id: int
+    step: str | None
+    kind: str
+    state: str
+    output: Any
+
+
+class BatchRecord(NamedTuple):
+    """A batch as its callback reads it (j.batch)."""
+
+    id: int
+    name: str | None
+    #: {state: members in it}, from a jsonb object.
+    counts: Any
+
+
 JOB_STATES = Rows(StateOfJob)
 SETTLED = Rows(Settled)
 LEASES = Rows(Lease)
 SCHEDULES = Rows(ScheduleSeen)
 CANCELS = Rows(CancelResult)
 RETRIES = Rows(RetryResult)
+PARENTS = Rows(ParentRecord)
+BATCHES = Rows(BatchRecord)

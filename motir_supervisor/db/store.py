@@ -19,8 +19,8 @@ import psycopg2
 import psycopg2.extras
 
 from .operations import Operations
-from .rows import (CLAIMED, JOB_STATES, LEASES, SETTLED, ClaimedJob, Outcome, Result, StateOfJob,
-                   Settled)
+from .rows import (BATCHES, CLAIMED, JOB_STATES, LEASES, PARENTS, SETTLED, BatchRecord,
+                   ClaimedJob, Outcome, ParentRecord, Result, StateOfJob, Settled)
 from .session import Session
 
 log = logging.getLogger(__name__)
@@ -152,6 +152,16 @@ class JobStore(Operations):
     def save_checkpoint(self, job_id: int, claimant: str, data: Any) -> bool:
         return bool(self.session.run("save_checkpoint", {
             "id": job_id, "claimant": claimant, "checkpoint": psycopg2.extras.Json(data)}).rows)
+
+    def parents_of(self, job_id: int) -> list[ParentRecord]:
+        """The jobs ``job_id`` waited for (a handler's j.parents), by id."""
+        return PARENTS.of(self.session.run("parents_of_job", {"id": job_id}))
+
+    def batch_of_callback(self, job_id: int) -> BatchRecord | None:
+        """The batch whose callback ``job_id`` is, with its members counted
+        by state (a handler's j.batch); None for a job that is no callback."""
+        found = BATCHES.of(self.session.run("batch_of_callback", {"id": job_id}))
+        return found[0] if found else None
 
     def release_claims_of(self, claimants: Sequence[str],
                           ids: Sequence[int] | None = None) -> list[int]:

@@ -73,7 +73,8 @@ class Executor:
     def __init__(self, capacity: int, entries: ledger.Ledger, *, retry_base: float,
                  retry_cap: float, wake: Callable[[], None],
                  save_checkpoint: Callable[[int, Any], bool], title: Callable[[str], None],
-                 transactions: Transactions | None = None):
+                 transactions: Transactions | None = None,
+                 upstream: registry.Upstream | None = None):
         # Set here and never changed: read by any thread.
         self.capacity = capacity
         self.ledger = entries
@@ -83,6 +84,7 @@ class Executor:
         self._save_checkpoint = save_checkpoint
         self._title = title
         self._transactions = transactions
+        self._upstream = upstream
         #: Guards every field below. Each is changed only under it, by the
         #: main thread (submit, withdraw, time_out, abandon), a handler thread
         #: ending a run (_finish) or the event loop's thread (_finish of an
@@ -385,7 +387,7 @@ class Executor:
         self._title(running_jobs(job_id, run.claimed.kind, len(self._running),
                                  self._holding_back()))
         return running.handle(run, lambda data: self._save_checkpoint(job_id, data),
-                              self._transactions)
+                              self._transactions, self._upstream)
 
     # -- handler threads ------------------------------------------------------------
 

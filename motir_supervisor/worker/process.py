@@ -48,6 +48,7 @@ from .completer import Completer
 from .executor import Executor
 from .holdings import Holdings
 from .leases import Leases
+from .upstream import Upstream
 from .poller import Poller
 from .producer import Producer
 from .recheck import ClaimRecheck
@@ -81,6 +82,9 @@ class Worker:
                                  application_name=f"motir-supervisor worker {index}",
                                  timeout_seconds=config.renew_every, prepare=config.listen)
         self.checkpoints = Checkpoints(config, claimant, index)
+        self.upstream = Upstream(db.JobStore(
+            config.database_url, application_name=f"motir-supervisor worker {index} upstream",
+            timeout_seconds=config.renew_every, prepare=config.listen))
         #: Signals received, appended by the handler and taken by the main
         #: thread (both run on the main thread: no lock needed).
         self._signals: list[int] = []
@@ -90,7 +94,7 @@ class Worker:
             config.concurrency, self.ledger, retry_base=config.retry_base_seconds,
             retry_cap=config.retry_max_seconds, wake=self.wake,
             save_checkpoint=self.checkpoints.save, title=self.title,
-            transactions=self.transactions)
+            transactions=self.transactions, upstream=self.upstream)
         # Only with LISTEN: one worker of the supervisor listens, the others
         # are kicked (see ipc.tokens).
         self.poller = Poller(config, index, self.store, self.executor, self.title,
@@ -165,6 +169,7 @@ class Worker:
         finally:
             hooks.worker_exiting(self.index)
             self.transactions.close()
+            self.upstream.close()
             self.store.close()
 
     def _install_signals(self) -> None:

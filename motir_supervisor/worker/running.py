@@ -93,10 +93,12 @@ async def call_async(run: Run, begin: Callable[[Run], registry.Job],
 
 
 def handle(run: Run, save_checkpoint: Callable[[Any], bool],
-           transactions: Transactions | None) -> registry.Job:
+           transactions: Transactions | None,
+           upstream: registry.Upstream | None = None) -> registry.Job:
     """The ``j`` a claimed run's handler gets: its job's values, its stop
-    flag, and ``j.transaction()`` through ``transactions`` (None: a
-    transaction needs a worker's claim)."""
+    flag, ``j.transaction()`` through ``transactions`` (None: a
+    transaction needs a worker's claim), and ``j.parents`` and ``j.batch``
+    read through ``upstream``."""
     job = run.claimed
     return registry.Job(
         id=job.id, kind=job.kind, queue=job.queue, payload_json=job.payload_json,
@@ -105,7 +107,7 @@ def handle(run: Run, save_checkpoint: Callable[[Any], bool],
         save_checkpoint=save_checkpoint,
         transaction=None if transactions is None else functools.partial(
             transactions.around, run),
-        trace_context=job.trace_context)
+        trace_context=job.trace_context, upstream=upstream)
 
 
 def _enter(run: Run, handle: registry.Job) -> registry.Registration:

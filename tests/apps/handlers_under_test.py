@@ -115,3 +115,15 @@ def overruns(j):
 async def overruns_async(j):
     _note(j)
     await asyncio.sleep(5)
+
+
+@job("helper_reads_upstream")
+def reads_upstream(j):
+    """Returns what it read of the jobs before it, twice (the second read is kept)."""
+    _note(j)
+    read = [[p.id, p.step, p.kind, p.state, p.output] for p in j.parents]
+    assert j.parents is j.parents
+    found = j.batch
+    return {"parents": read,
+            "batch": None if found is None else [found.id, found.name, found.total,
+                                                 found.counts["succeeded"]]}

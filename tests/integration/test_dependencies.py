@@ -231,6 +231,16 @@ def test_a_bad_dependency_is_one_line_and_inserts_nothing(sql, depends_on, messa
     assert sql.value("SELECT count(*) FROM job_queue") == 0
 
 
+def test_a_waiting_job_cannot_hold_a_unique_key(sql):
+    # Two of them could not both be released into the unique index.
+    parent = insert(sql)
+    message = "cannot have a unique_key"
+    with pytest.raises(psycopg2.Error) as raised:
+        insert(sql, depends_on=[parent], unique_key="once")
+    assert message in str(raised.value).splitlines()[0]
+    assert sql.value("SELECT count(*) FROM job_queue") == 1
+
+
 @pytest.mark.parametrize("steps, message", [
     ('[{"ref": "a", "kind": "k", "after": ["b"]}, {"ref": "b", "kind": "k", "after": ["a"]}]',
      'step "a": after names "b", which is not listed before it'),

@@ -23,7 +23,8 @@ import sqlalchemy.ext.asyncio
 import sqlalchemy.orm
 from opentelemetry.sdk.trace import TracerProvider
 
-from motir_supervisor import enqueue, enqueue_async, enqueue_many, enqueue_many_async
+from motir_supervisor import (batch, enqueue, enqueue_async, enqueue_many, enqueue_many_async,
+                              open_batch, open_batch_async, testing, workflow)
 from tests.helpers import notifications, wait_until, wakeup_listener
 
 ASYNC = ("psycopg_async", "sqlalchemy_async_session", "sqlalchemy_async_session_asyncpg")
@@ -77,6 +78,28 @@ class Producer:
         if self.loop:
             return self._call(enqueue_many_async(self.conn, jobs))
         return enqueue_many(self.conn, jobs)
+
+    def build(self, block, add):
+        """``add(block)`` inside ``with block`` (``async with`` on an async
+        connection); the block once it ended."""
+        if self.loop:
+            async def inside():
+                async with block:
+                    add(block)
+            self._call(inside())
+        else:
+            with block:
+                add(block)
+        return block
+
+    def open_batch(self, *args, **options):
+        """An open batch, and its add_many and seal for this connection."""
+        if self.loop:
+            opened = self._call(open_batch_async(self.conn, *args, **options))
+            return (opened, lambda jobs: self._call(opened.add_many_async(jobs)),
+                    lambda: self._call(opened.seal_async()))
+        opened = open_batch(self.conn, *args, **options)
+        return opened, opened.add_many, opened.seal
 
     def commit(self):
         self._call(self.conn.commit())
@@ -345,3 +368,76 @@ def test_an_async_enqueue_waiting_on_the_database_leaves_the_event_loop_running(
     for made in (producer, other):
         made.close()
     holding.close()
+
+
+# -- jobs that wait for others ------------------------------------------------------
+
+
+def test_a_job_with_depends_on_waits_then_is_released_when_its_parents_end(
+        producer, sql, database_url):
+    from tests.apps import workflow_steps  # noqa: F401 - registers the kinds
+
+    first = producer.enqueue("wf_step", {"output": 1})
+    second = producer.enqueue("wf_step", {"fail": True})
+    child = producer.enqueue("wf_step", depends_on=[first, second])
+    cleanup, after_first = producer.enqueue_many([
+        {"kind": "wf_step", "depends_on": [first, second], "on_parent_failure": "run"},
+        {"kind": "wf_step", "depends_on": [first]}])
+    producer.commit()
+    states = "SELECT id, state, depends_on, on_parent_failure FROM job_queue ORDER BY id"
+    assert sql.rows(states) == [
+        (first, "pending", None, "cancel"), (second, "pending", None, "cancel"),
+        (child, "waiting", [first, second], "cancel"), (cleanup, "waiting", [first, second], "run"),
+        (after_first, "waiting", [first], "cancel")]
+    ran = testing.drain(database_url)
+    assert sorted(outcome.job_id for outcome in ran) == [first, second, cleanup, after_first]
+    assert sql.rows("SELECT id, state FROM job_queue ORDER BY id") == [
+        (first, "succeeded"), (second, "failed"), (child, "cancelled"), (cleanup, "succeeded"),
+        (after_first, "succeeded")]
+    assert str(second) in sql.value("SELECT last_error FROM job_queue WHERE id = %s", (child,))
+
+
+def test_a_workflow_and_a_batch_are_inserted_in_the_callers_transaction(producer, sql):
+    def steps(wf):
+        fetch = wf.add("fetch", {"repo": 7})
+        embeds = [wf.add("embed", {"file": n}, after=[fetch]) for n in range(2)]
+        wf.add("publish", after=embeds, on_parent_failure="run")
+
+    wf = producer.build(workflow(producer.conn, "index_repo"), steps)
+    group = producer.build(batch(producer.conn, "import", on_complete=("report", {"n": 2})),
+                           lambda b: [b.add("row", {"n": n}) for n in range(2)])
+    assert sql.value("SELECT count(*) FROM job_queue") == 0  # not committed yet
+    producer.commit()
+    assert sql.rows("SELECT workflow_id, step, kind, state, on_parent_failure FROM job_queue"
+                    " WHERE workflow_id IS NOT NULL ORDER BY id") == [
+        (wf.id, "fetch", "fetch", "pending", "cancel"),
+        (wf.id, "embed", "embed", "waiting", "cancel"),
+        (wf.id, "embed.2", "embed", "waiting", "cancel"),
+        (wf.id, "publish", "publish", "waiting", "run")]
+    assert sql.rows("SELECT kind, payload, state FROM job_queue WHERE batch_id = %s"
+                    " ORDER BY id", (group.id,)) == [
+        ("row", {"n": 0}, "pending"), ("row", {"n": 1}, "pending")]
+    assert sql.rows("SELECT j.kind, j.payload, j.state FROM job_queue_batches AS b"
+                    " JOIN job_queue AS j ON j.id = b.on_complete WHERE b.id = %s",
+                    (group.id,)) == [("report", {"n": 2}, "waiting")]
+
+
+def test_a_workflow_rolled_back_leaves_nothing(producer, sql):
+    producer.build(workflow(producer.conn, "w"), lambda wf: wf.add("a"))
+    producer.rollback()
+    assert sql.value("SELECT count(*) FROM job_queue") == 0
+    assert sql.value("SELECT count(*) FROM job_queue_workflows") == 0
+
+
+def test_an_open_batch_takes_members_until_sealed_on_every_driver(producer, sql):
+    opened, add_many, seal = producer.open_batch("over time", on_success="done")
+    first = add_many([{"kind": "row", "payload": {"n": 1}}])
+    producer.commit()
+    more = add_many([{"kind": "row", "payload": {"n": n}, "priority": 3} for n in (2, 3)])
+    seal()
+    producer.commit()
+    assert sql.rows("SELECT id, payload, priority FROM job_queue WHERE batch_id = %s"
+                    " ORDER BY id", (opened.id,)) == [
+        (first[0], {"n": 1}, 0), (more[0], {"n": 2}, 3), (more[1], {"n": 3}, 3)]
+    assert sql.value("SELECT sealed_at IS NOT NULL FROM job_queue_batches WHERE id = %s",
+                     (opened.id,))

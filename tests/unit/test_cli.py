@@ -35,3 +35,18 @@ def test_run_is_the_default_command():
     result = CliRunner().invoke(cli.main, ["--workers", "0", "--database-url", "postgresql:///x"])
     assert result.exit_code != 0
     assert "--workers must be between 1 and 256" in result.output
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--depends-on", "7", "--depends-on", "x"],
+     "--depends-on takes a job id (a whole number from 1), not 'x'"),
+    (["--depends-on", "0"], "--depends-on takes a job id (a whole number from 1), not '0'"),
+    (["--depends-on", "7", "--on-parent-failure", "skip"],
+     "--on-parent-failure must be cancel or run, not 'skip'"),
+])
+def test_enqueue_refuses_a_bad_dependency_in_one_line_before_touching_the_database(
+        options, message):
+    result = CliRunner().invoke(cli.main, ["enqueue", "x", *options,
+                                           "--database-url", "postgresql://u:pw@127.0.0.1:1/x"])
+    assert result.exit_code != 0
+    assert result.output.strip() == f"Error: {message}"

@@ -135,3 +135,19 @@ def test_a_transaction_needs_a_worker_s_claim_and_run_job_says_so():
     assert outcome.outcome == "failed"
     assert isinstance(outcome.exception, RuntimeError)
     assert "j.transaction() needs a job claimed by a worker" in outcome.error
+
+
+def test_run_job_hands_the_handler_the_parents_and_batch_it_was_given():
+    from motir_supervisor import BatchProgress, JobState, Parent
+
+    alone = testing.run_job("helper_reads_upstream", {})
+    assert alone.output == {"parents": [], "batch": None}
+    parents = [Parent(3, "fetch", "fetch", JobState.SUCCEEDED, {"files": 2}),
+               Parent(4, None, "other", JobState.FAILED, None)]
+    counts = {**dict.fromkeys(JobState, 0), JobState.SUCCEEDED: 2, JobState.FAILED: 1}
+    outcome = testing.run_job("helper_reads_upstream", {}, parents=parents,
+                              batch=BatchProgress(9, "import", counts))
+    assert outcome.output == {
+        "parents": [[3, "fetch", "fetch", "succeeded", {"files": 2}],
+                    [4, None, "other", "failed", None]],
+        "batch": [9, "import", 3, 2]}

@@ -1042,9 +1042,15 @@ RETURNING j.id, j.state;
 -- a unique key belongs to the n-th such job given. A delay counts from
 -- statement_timestamp(), not now(): in a transaction that has been open for
 -- a while, from the enqueue rather than from BEGIN.
+--
+-- A job's depends_on comes as the text of its array ('{4,7}'), since an
+-- array of arrays must be rectangular; a row with one starts waiting
+-- (migrations/0019). A job without it sends NULLs, and the insert trigger
+-- does what it does for any row without dependencies.
 WITH inserted AS (
     INSERT INTO job_queue (kind, payload, queue, run_at, priority, unique_key, max_attempts,
-                           concurrency_key, trace_context)
+                           concurrency_key, trace_context, depends_on, on_parent_failure,
+                           batch_id)
     SELECT j.kind, j.payload, coalesce(j.queue, k.queue),
            coalesce(j.run_at, statement_timestamp() + make_interval(secs => j.delay_seconds)),
            coalesce(j.priority, k.priority), j.unique_key,
@@ -1054,13 +1060,16 @@ WITH inserted AS (
                      JOIN pg_attribute AS a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
                      WHERE d.adrelid = 'job_queue'::regclass AND a.attname = 'max_attempts'),
                     k.max_attempts),
-           j.concurrency_key, %(trace_context)s::jsonb
+           j.concurrency_key, %(trace_context)s::jsonb, j.depends_on::bigint[],
+           j.on_parent_failure, j.batch_id
     FROM unnest(%(kind)s::text[], %(payload)s::jsonb[], %(queue)s::text[],
                 %(run_at)s::timestamptz[], %(delay_seconds)s::float8[],
                 %(priority)s::smallint[], %(unique_key)s::text[], %(max_attempts)s::integer[],
-                %(concurrency_key)s::text[])
+                %(concurrency_key)s::text[], %(depends_on)s::text[],
+                %(on_parent_failure)s::text[], %(batch_id)s::bigint[])
          WITH ORDINALITY AS j(kind, payload, queue, run_at, delay_seconds, priority, unique_key,
-                              max_attempts, concurrency_key, position)
+                              max_attempts, concurrency_key, depends_on, on_parent_failure,
+                              batch_id, position)
     LEFT JOIN job_queue_kinds AS k ON k.kind = j.kind
     ORDER BY j.position
     ON CONFLICT (queue, unique_key)
@@ -1068,6 +1077,24 @@ WITH inserted AS (
     RETURNING id, queue, unique_key
 )
 SELECT id, queue, unique_key FROM inserted ORDER BY id;
+
+-- insert_workflow --
+-- Every step of a workflow in one call of job_queue_workflow
+-- (migrations/0019), in the caller's transaction: its id, each step's ref
+-- and job id. A bad graph (an unknown ref, a cycle) fails it whole.
+SELECT workflow_id, ref, job_id
+FROM job_queue_workflow(%(name)s::text, %(steps)s::jsonb);
+
+-- open_batch --
+-- A batch open for members (rows inserted with its batch_id) until sealed;
+-- each callback NULL or {kind, payload, queue, priority, max_attempts}.
+SELECT job_queue_batch_open(%(name)s::text, %(on_success)s::jsonb,
+                            %(on_complete)s::jsonb) AS batch_id;
+
+-- seal_batch --
+-- No member joins after this; the callbacks are released once every
+-- member has ended (at once for a batch without members).
+SELECT job_queue_batch_seal(%(batch_id)s::bigint);
 
 -- queues_of_kinds --
 -- The queue a job of each kind lands in when its producer names none, as
@@ -1247,7 +1274,8 @@ ORDER BY l.kind;
 -- key, and a find walks it from the end it starts at.
 SELECT j.id, j.kind, j.queue, j.state, j.payload, j.priority, j.attempts, j.max_attempts,
        j.run_at, j.created_at, j.started_at, j.finished_at, j.last_error, j.output,
-       j.errors, j.unique_key, j.concurrency_key, j.cancel_requested
+       j.errors, j.unique_key, j.concurrency_key, j.cancel_requested, j.depends_on,
+       j.on_parent_failure, j.workflow_id, j.step, j.batch_id
 FROM job_queue AS j
 WHERE (%(ids)s::bigint[] IS NULL OR j.id = ANY (%(ids)s::bigint[]))
   AND (%(kinds)s::text[] IS NULL OR j.kind = ANY (%(kinds)s::text[]))
@@ -1255,6 +1283,25 @@ WHERE (%(ids)s::bigint[] IS NULL OR j.id = ANY (%(ids)s::bigint[]))
   AND (%(queues)s::text[] IS NULL OR j.queue = ANY (%(queues)s::text[]))
 ORDER BY CASE WHEN %(newest_first)s THEN j.id END DESC, j.id
 LIMIT %(limit)s;
+
+-- parents_of_job --
+-- What a handler reads as j.parents: the jobs it waited for, each with its
+-- step's name, state and output, through the edges' index on child_id.
+SELECT p.id, p.step, p.kind, p.state, p.output
+FROM job_queue_edges AS e
+JOIN job_queue AS p ON p.id = e.parent_id
+WHERE e.child_id = %(id)s
+ORDER BY p.id;
+
+-- batch_of_callback --
+-- What a batch callback's handler reads as j.batch: the batch whose
+-- on_success or on_complete it is, and its members counted by state.
+SELECT b.id, b.name,
+       (SELECT coalesce(jsonb_object_agg(m.state, m.jobs), '{}'::jsonb)
+        FROM (SELECT state, count(*) AS jobs FROM job_queue
+              WHERE batch_id = b.id GROUP BY state) AS m) AS counts
+FROM job_queue_batches AS b
+WHERE b.on_success = %(id)s OR b.on_complete = %(id)s;
 
 -- cancel_job --
 -- Waiting, pending or failed: cancelled now (a waiting job's descendants
