@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import itertools
 import multiprocessing
 import random
 import sys
@@ -18,6 +19,7 @@ from typing import Any
 
 import psycopg2.extras
 
+from motir_supervisor import enqueue, enqueue_many
 from tests.helpers import Sql, wait_until
 from tests.supervisors import ROOT
 
@@ -144,19 +146,34 @@ def settle(sql: Sql, timeout: float) -> None:
 # -- the producer that writes children while their parents end -----------------------
 
 def insert_children_while_parents_end(url: str, parents: list[int], inserted: Any) -> None:
-    """Insert children of 1 to 3 of ``parents`` each, one per transaction,
-    until every parent has ended, and a last few after that; count each in
-    ``inserted`` (a shared counter)."""
+    """Insert children of 1 to 3 of ``parents`` each until every parent has
+    ended, and a last few after that, each way a producer may: a plain
+    INSERT, enqueue, and enqueue_many of three in one statement, each
+    committed at once; count them in ``inserted`` (a shared counter)."""
     sql = Sql(url)
     graph = Graph(sql)
     rng = random.Random(38)
+
+    def child() -> dict[str, Any]:
+        return {"kind": "race_step", "payload": {"during": True}, "max_attempts": 4,
+                "depends_on": rng.sample(parents, rng.randint(1, 3))}
+
     after_the_end = 0
-    while after_the_end < 20 and inserted.value < 5000:
-        graph.add(after=rng.sample(parents, rng.randint(1, 3)), during=True)
+    for way in itertools.cycle(range(3)):
+        if after_the_end >= 20 or inserted.value >= 5000:
+            break
+        if way == 0:
+            graph.add(after=child()["depends_on"], during=True)
+            count = 1
+        elif way == 1:
+            enqueue(sql.conn, **child())
+            count = 1
+        else:
+            count = len(enqueue_many(sql.conn, [child() for _ in range(3)]))
         with inserted.get_lock():
-            inserted.value += 1
+            inserted.value += count
         if after_the_end or ended_all(sql, parents):
-            after_the_end += 1
+            after_the_end += count
     sql.close()
 
 
