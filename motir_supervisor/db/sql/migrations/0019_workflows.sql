@@ -10,15 +10,17 @@
 --   * job_queue_edges holds every edge (parent, child); job_queue_waits holds,
 --     for each dependent row, how many of its parents have not ended.
 --   * A parent's end (its state entering succeeded/failed/cancelled) takes
---     one off each child's count in the ending transaction. The row lock on
---     the count orders parents that end at the same instant: the later
---     writer waits for the earlier one's commit and counts from its result,
---     so exactly one of them sees zero and releases.
---   * A child's insert locks its parents and marks them (has_dependents) in
---     its own transaction, and counts only the parents not yet ended. A
+--     one off each child's count as its transaction commits (see
+--     job_queue_settle). The row lock on the count orders parents that end
+--     at the same instant: the later writer waits for the earlier one's
+--     commit and counts from its result, so exactly one of them sees zero
+--     and releases. A commit locks all the counts it changes in job order,
+--     which every committing writer shares: no two of them deadlock.
+--   * A child's insert locks its parents and marks them (has_dependents) as
+--     its transaction commits, and counts only the parents not yet ended. A
 --     parent ending concurrently either committed first (the insert sees it
---     ended and does not count it) or waits for the insert's commit and then
---     finds the new edge. A parent that ends in a REPEATABLE READ
+--     ended and does not count it) or waits for the insert's commit and
+--     then finds the new edge. A parent that ends in a REPEATABLE READ
 --     transaction after the mark is refused a serialization failure rather
 --     than ending with a stale view of its children.
 --   * Only rows with has_dependents fire the end trigger (its WHEN clause is
