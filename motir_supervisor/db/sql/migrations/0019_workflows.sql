@@ -166,9 +166,25 @@ CREATE UNLOGGED TABLE job_queue_settling (
 CREATE UNLOGGED TABLE job_queue_settle_at_commit (txid bigint PRIMARY KEY);
 
 CREATE FUNCTION job_queue_settle_later(job bigint, what text) RETURNS void
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+BEGIN
     INSERT INTO job_queue_settling (txid, job_id, event) VALUES (txid_current(), job, what);
-    INSERT INTO job_queue_settle_at_commit (txid) VALUES (txid_current()) ON CONFLICT DO NOTHING;
+    PERFORM job_queue_settle_at_commit();
+END;
+$$;
+
+-- The transaction's marker row, written once: a setting local to the
+-- transaction (undone with a rolled-back savepoint, as the row is) says it
+-- is there, which costs far less than a second insert meeting the key.
+CREATE FUNCTION job_queue_settle_at_commit() RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('motir.settling', true) IS DISTINCT FROM txid_current()::text THEN
+        INSERT INTO job_queue_settle_at_commit (txid) VALUES (txid_current())
+        ON CONFLICT DO NOTHING;
+        PERFORM set_config('motir.settling', txid_current()::text, true);
+    END IF;
+END;
 $$;
 
 -- The wake-up for the rows an INSERT wrote pending (migrations/0001); then,
@@ -227,7 +243,7 @@ BEGIN
     INSERT INTO job_queue_settling (txid, job_id, event)
     SELECT txid_current(), id, 'inserted' FROM inserted_rows
     WHERE cardinality(depends_on) > 0 OR batch_id IS NOT NULL;
-    INSERT INTO job_queue_settle_at_commit (txid) VALUES (txid_current()) ON CONFLICT DO NOTHING;
+    PERFORM job_queue_settle_at_commit();
     RETURN NULL;
 END;
 $$;
@@ -462,8 +478,9 @@ BEGIN
     ELSIF NEW.state IN ('succeeded', 'failed', 'cancelled') THEN
         INSERT INTO job_queue_settling (txid, job_id, event)
         VALUES (txid_current(), NEW.id, NEW.state);
-        INSERT INTO job_queue_settle_at_commit (txid) VALUES (txid_current())
-        ON CONFLICT DO NOTHING;
+        IF current_setting('motir.settling', true) IS DISTINCT FROM txid_current()::text THEN
+            PERFORM job_queue_settle_at_commit();
+        END IF;
     ELSE
         PERFORM job_queue_settle_later(NEW.id, 'revived');
     END IF;
@@ -512,6 +529,10 @@ DECLARE
     me bigint := txid_current();
     events job_queue_settling[];
     event job_queue_settling;
+    parents bigint[];
+    children bigint[];
+    ends bigint[];
+    counts bigint[];
     ready bigint[];
 BEGIN
     LOOP
@@ -519,33 +540,37 @@ BEGIN
         SELECT array_agg(taken ORDER BY taken.seq) INTO events FROM taken;
         EXIT WHEN events IS NULL;
 
-        PERFORM FROM job_queue_waits
-        WHERE job_id IN (SELECT e.child_id FROM job_queue_edges AS e
-                         WHERE e.parent_id IN (SELECT u.job_id FROM unnest(events) AS u
-                                               WHERE u.event NOT IN ('inserted', 'retried', 'sealed')))
-           OR job_id IN (SELECT c.callback
-                         FROM unnest(events) AS u
-                         JOIN job_queue_batches AS b ON b.id = u.job_id,
-                         LATERAL (VALUES (b.on_success), (b.on_complete)) AS c(callback)
-                         WHERE u.event = 'sealed')
-        ORDER BY job_id
-        FOR UPDATE;
+        parents := ARRAY(SELECT u.job_id FROM unnest(events) AS u
+                         WHERE u.event NOT IN ('inserted', 'retried', 'sealed'));
+        -- Through the edges' key one parent at a time (LATERAL): the edges of
+        -- a workflow inserted a moment ago have no statistics yet, and an
+        -- = ANY(...) over them, or a join, is planned as a scan of every edge
+        -- (OFFSET 0 keeps the subquery from being folded into one).
+        SELECT array_agg(child_id ORDER BY child_id), array_agg(ended ORDER BY child_id)
+        INTO children, ends
+        FROM (SELECT e.child_id, count(*) AS ended
+              FROM unnest(parents) AS p(id),
+              LATERAL (SELECT child_id FROM job_queue_edges WHERE parent_id = p.id OFFSET 0) AS e
+              GROUP BY e.child_id) AS per_child;
+        counts := ARRAY(
+            SELECT unnest(children)
+            UNION
+            SELECT c.callback
+            FROM unnest(events) AS u
+            JOIN job_queue_batches AS b ON b.id = u.job_id,
+            LATERAL (VALUES (b.on_success), (b.on_complete)) AS c(callback)
+            WHERE u.event = 'sealed');
+        PERFORM FROM job_queue_waits WHERE job_id = ANY(counts) ORDER BY job_id FOR UPDATE;
 
         IF NOT EXISTS (SELECT FROM unnest(events) AS u
                        WHERE u.event NOT IN ('succeeded', 'inserted', 'sealed')) THEN
             -- Only successes (the common case): each child counts all of
             -- this transaction's parents of it at once.
-            WITH ended AS (
-                SELECT e.child_id, count(*) AS parents
-                FROM unnest(events) AS u
-                JOIN job_queue_edges AS e ON e.parent_id = u.job_id
-                WHERE u.event = 'succeeded'
-                GROUP BY e.child_id
-            ), counted AS (
+            WITH counted AS (
                 UPDATE job_queue_waits AS w
-                SET unended = w.unended - ended.parents
-                FROM ended
-                WHERE w.job_id = ended.child_id
+                SET unended = w.unended - d.ended
+                FROM unnest(children, ends) AS d(job_id, ended)
+                WHERE w.job_id = d.job_id
                 RETURNING w.job_id, w.unended
             )
             SELECT array_agg(job_id ORDER BY job_id) INTO ready FROM counted WHERE unended = 0;
@@ -589,6 +614,7 @@ BEGIN
         END LOOP;
     END LOOP;
     DELETE FROM job_queue_settle_at_commit WHERE txid = me;
+    PERFORM set_config('motir.settling', '', true);
     RETURN NULL;
 END;
 $$;
