@@ -1385,10 +1385,11 @@ ORDER BY queue;
 -- rows (migrations/0002 and 0005), which the batch walks by age.
 --
 -- A job stays while a job that depends on it has not ended (which may
--- still read its output, or wait for a retry of it), and so does a batch's
--- member until its callbacks ended; a workflow's jobs go together
--- (prune_workflows). Rows without dependents pass both tests on their own
--- columns.
+-- still read its output, or wait for a retry of it), or was cancelled by
+-- another job still kept (a retry of that one brings it back, to wait for
+-- this one again); so does a batch's member until its callbacks ended; a
+-- workflow's jobs go together (prune_workflows). Rows without dependents
+-- pass both tests on their own columns.
 DELETE FROM job_queue
 WHERE id IN (
     SELECT id FROM job_queue
@@ -1401,7 +1402,11 @@ WHERE id IN (
           SELECT c.id FROM job_queue_edges AS e
           JOIN job_queue AS c ON c.id = e.child_id
           WHERE e.parent_id = job_queue.id
-            AND c.state NOT IN ('succeeded', 'failed', 'cancelled')
+            AND (c.state NOT IN ('succeeded', 'failed', 'cancelled')
+                 OR c.state = 'cancelled' AND EXISTS (
+                     SELECT FROM job_queue_waits AS w
+                     JOIN job_queue AS h ON h.id = w.cancelled_by
+                     WHERE w.job_id = c.id AND h.id <> job_queue.id))
           LIMIT 1) IS NULL)
     ORDER BY finished_at
     LIMIT %(limit)s

@@ -379,9 +379,28 @@ BEGIN
     FROM job_queue_edges AS e
     WHERE e.parent_id = parent AND w.job_id = e.child_id;
 
+    -- Their counts first, in job order: a failure of another of their
+    -- parents settling meanwhile locks the same counts, so whichever comes
+    -- second sees the other's result (this one: that parent failed, and
+    -- holds the row; that one: the row waiting, which it cancels again).
+    PERFORM FROM job_queue_waits
+    WHERE cancelled_by = parent
+    ORDER BY job_id
+    FOR UPDATE;
     revived := ARRAY(SELECT w.job_id FROM job_queue_waits AS w
                      JOIN job_queue AS c ON c.id = w.job_id
                      WHERE w.cancelled_by = parent AND c.state = 'cancelled');
+    -- A parent deleted since counts as cancelled, and holds for good.
+    FOR held IN
+        SELECT c.id AS child_id, min(p.parent) AS holder
+        FROM job_queue AS c, unnest(c.depends_on) AS p(parent)
+        WHERE c.id = ANY(revived)
+          AND NOT EXISTS (SELECT FROM job_queue AS q WHERE q.id = p.parent)
+        GROUP BY c.id
+    LOOP
+        UPDATE job_queue_waits SET cancelled_by = held.holder WHERE job_id = held.child_id;
+        revived := array_remove(revived, held.child_id);
+    END LOOP;
     LOOP
         SELECT e.child_id, min(q.id) AS holder INTO held
         FROM job_queue_edges AS e

@@ -1,0 +1,302 @@
+"""Races on the release of waiting jobs (migrations/0019), each forced one
+statement at a time: a transaction is left open, or held inside its
+commit (where it settles its counts) while a second one commits; then the
+first goes on. Each test names the interleaving in its comment."""
+
+import re
+import threading
+import time
+from pathlib import Path
+
+import psycopg2
+import psycopg2.errors
+
+from motir_supervisor import db
+from testbed.sql import Sql
+
+WORKFLOWS_MIGRATION = Path(db.__file__).parent / "sql" / "migrations" / "0019_workflows.sql"
+
+ENDED = "state = %s, finished_at = now(), locked_by = NULL, lease_expires_at = NULL"
+RETRIED = "state = 'pending', run_at = now(), attempts = 0, finished_at = NULL"
+
+
+def insert(sql, kind="k", depends_on=None, **columns):
+    names = ["kind", "depends_on", *columns]
+    return sql.value(f"INSERT INTO job_queue ({', '.join(names)})"
+                     f" VALUES ({', '.join(['%s'] * len(names))}) RETURNING id",
+                     (kind, depends_on, *columns.values()))
+
+
+def state(sql, job_id):
+    return sql.value("SELECT state FROM job_queue WHERE id = %s", (job_id,))
+
+
+def states(sql, ids):
+    return [state(sql, i) for i in ids]
+
+
+def end(sql, job_id, how="succeeded"):
+    sql.rows(f"UPDATE job_queue SET {ENDED} WHERE id = %s", (how, job_id))
+
+
+def unended(sql, job_id):
+    return sql.value("SELECT unended FROM job_queue_waits WHERE job_id = %s", (job_id,))
+
+
+class Open:
+    """A transaction of its own (READ COMMITTED unless told), whose
+    statements can run in a thread so that the test sees them wait."""
+
+    def __init__(self, url, isolation=None):
+        self.conn = psycopg2.connect(url)
+        if isolation is not None:
+            self.conn.set_session(isolation_level=isolation)
+        self.cur = self.conn.cursor()
+        self.cur.execute("SELECT pg_backend_pid()")
+        self.pid = self.cur.fetchone()[0]
+        self.thread = None
+        self.error = None
+        self.result = None
+
+    def run(self, statement, params=None):
+        self.cur.execute(statement, params)
+        return self.cur.fetchall() if self.cur.description else None
+
+    def start(self, statement, params=None):
+        def target():
+            try:
+                self.result = self.run(statement, params)
+            except psycopg2.Error as exc:
+                self.error = exc
+        self.thread = threading.Thread(target=target)
+        self.thread.start()
+
+    def start_commit(self):
+        """Commit in a thread: the commit settles the transaction's counts."""
+        def target():
+            try:
+                self.conn.commit()
+            except psycopg2.Error as exc:
+                self.error = exc
+        self.thread = threading.Thread(target=target)
+        self.thread.start()
+
+    def join(self):
+        self.thread.join(30)
+        assert not self.thread.is_alive(), "the statement never ended"
+
+    def close(self):
+        self.conn.close()
+
+
+PAUSE_COUNTS = """
+CREATE FUNCTION test_pause() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('test.pause', true) = 'on' THEN
+        PERFORM pg_advisory_xact_lock_shared(4242);
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER test_pause BEFORE UPDATE ON job_queue_waits
+FOR EACH ROW EXECUTE FUNCTION test_pause()"""
+
+
+def paused_commit(sql, database_url, opened):
+    """Start opened's commit and hold it inside its settling, at its first
+    change of a count (whose lock it then holds; other sessions are not
+    held); returns the gate, whose close lets it go on."""
+    sql.rows(PAUSE_COUNTS)
+    gate = Sql(database_url)
+    gate.rows("SELECT pg_advisory_lock(4242)")
+    opened.run("SET LOCAL test.pause = 'on'")
+    opened.start_commit()
+    wait_until_blocked(sql, opened, lock_type="advisory")
+    return gate
+
+
+def wait_until_blocked(sql, *opened, lock_type=None):
+    """Until each of these sessions waits on a lock (of lock_type if given)."""
+    deadline = time.monotonic() + 10
+    pids = [o.pid for o in opened]
+    while time.monotonic() < deadline:
+        waiting = sql.value(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)"
+            " AND wait_event_type = 'Lock' AND (%s::text IS NULL OR wait_event = %s)",
+            (pids, lock_type, lock_type))
+        if waiting == len(pids):
+            return
+        time.sleep(0.01)
+    raise AssertionError("the sessions never waited on a lock")
+
+
+def test_a_retry_leaves_cancelled_a_descendant_a_failure_meanwhile_holds(database_url, sql):
+    # c waits for p, g for c and r. p fails: c and g are cancelled by it.
+    # Then r fails, and its commit is held inside its settling, holding g's
+    # count (r's end finds g already cancelled). p is retried meanwhile: its
+    # commit's check for other failed parents of g would see r running, so
+    # g would come back waiting for c alone, and run once c succeeds,
+    # though r failed. The retry must wait for g's count, then see r
+    # failed: g stays cancelled, held by r.
+    p, r = insert(sql), insert(sql)
+    c = insert(sql, depends_on=[p])
+    g = insert(sql, depends_on=[c, r])
+    end(sql, p, "failed")
+    assert states(sql, [c, g]) == ["cancelled", "cancelled"]
+    failing, retrying = Open(database_url), Open(database_url)
+    failing.run(f"UPDATE job_queue SET {ENDED} WHERE id = %s", ("failed", r))
+    retrying.run(f"UPDATE job_queue SET {RETRIED} WHERE id = %s", (p,))
+    gate = paused_commit(sql, database_url, failing)
+    retrying.start_commit()
+    wait_until_blocked(sql, retrying, lock_type="transactionid")
+    gate.close()
+    failing.join()
+    retrying.join()
+    assert failing.error is None and retrying.error is None
+    for opened in (failing, retrying):
+        opened.close()
+    assert states(sql, [c, g]) == ["waiting", "cancelled"]
+    end(sql, p)
+    end(sql, c)
+    assert state(sql, g) == "cancelled"  # r failed: g does not run
+    sql.rows(f"UPDATE job_queue SET {RETRIED} WHERE id = %s", (r,))
+    assert state(sql, g) == "waiting"
+    end(sql, r)
+    assert state(sql, g) == "pending"
+
+
+def test_two_retries_at_once_bring_back_what_both_failures_cancelled(database_url, sql):
+    # As above, but both failed parents are retried at once, r's commit held
+    # inside its settling: p's retry waits for g's count, then sees r back,
+    # and brings g back. g must not be left cancelled for good though
+    # neither parent is failed any more.
+    p, r = insert(sql), insert(sql)
+    c = insert(sql, depends_on=[p])
+    g = insert(sql, depends_on=[c, r])
+    end(sql, p, "failed")
+    end(sql, r, "failed")
+    first, second = Open(database_url), Open(database_url)
+    first.run(f"UPDATE job_queue SET {RETRIED} WHERE id = %s", (r,))
+    second.run(f"UPDATE job_queue SET {RETRIED} WHERE id = %s", (p,))
+    gate = paused_commit(sql, database_url, first)
+    second.start_commit()
+    wait_until_blocked(sql, second, lock_type="transactionid")
+    gate.close()
+    first.join()
+    second.join()
+    assert first.error is None and second.error is None
+    for opened in (first, second):
+        opened.close()
+    assert states(sql, [p, r, c, g]) == ["pending", "pending", "waiting", "waiting"]
+    assert unended(sql, g) == 2
+    end(sql, p)
+    end(sql, c)
+    end(sql, r)
+    assert state(sql, g) == "pending"
+
+
+def test_a_member_cancelled_as_it_is_added_cancels_on_success(sql):
+    # A member that waits for a job that already failed is cancelled by its
+    # own insert: the batch has a member that did not succeed, so on_success
+    # must never run, and on_complete runs once the batch is sealed.
+    batch = sql.value("SELECT job_queue_batch_open('b', '{\"kind\": \"ok\"}',"
+                      " '{\"kind\": \"done\"}')")
+    on_success, on_complete = sql.rows(
+        "SELECT on_success, on_complete FROM job_queue_batches WHERE id = %s", (batch,))[0]
+    failed = insert(sql)
+    end(sql, failed, "failed")
+    member = insert(sql, "m", depends_on=[failed], batch_id=batch)
+    other = insert(sql, "m", batch_id=batch)
+    end(sql, other)
+    assert state(sql, member) == "cancelled"
+    sql.rows("SELECT job_queue_batch_seal(%s)", (batch,))
+    assert states(sql, [on_success, on_complete]) == ["cancelled", "pending"]
+    # The failed job retried brings the member back, and on_success with it.
+    sql.rows(f"UPDATE job_queue SET {RETRIED} WHERE id = %s", (failed,))
+    assert states(sql, [member, on_success]) == ["waiting", "waiting"]
+    end(sql, failed)
+    end(sql, member)
+    assert state(sql, on_success) == "pending"
+
+
+def test_retention_keeps_a_cancelled_parent_a_retry_would_bring_back(sql, store):
+    # a -> b -> c -> d, d also waiting for y and running whatever c does. a
+    # fails: b and c are cancelled, d still waits (for y). Retention keeps
+    # c (d has not ended) and a (failed jobs are kept longer), but took b,
+    # whose only child had ended. Then a is retried: c comes back waiting
+    # for b, which is gone and will never end, and d waits for c for ever.
+    a, y = insert(sql), insert(sql)
+    b = insert(sql, depends_on=[a])
+    c = insert(sql, depends_on=[b])
+    d = insert(sql, depends_on=[c, y], on_parent_failure="run")
+    end(sql, a, "failed")
+    assert states(sql, [b, c, d]) == ["cancelled", "cancelled", "waiting"]
+    sql.rows("UPDATE job_queue SET finished_at = now() - interval '2 days'"
+             " WHERE finished_at IS NOT NULL")
+    store.prune_finished(["succeeded", "cancelled"], 3600)
+    sql.rows(f"UPDATE job_queue SET {RETRIED} WHERE id = %s", (a,))
+    end(sql, a)
+    present = [job for job in (b, c) if state(sql, job) is not None]
+    assert state(sql, c) != "waiting" or unended(sql, c) > 0, (
+        f"c waits for {unended(sql, c)} parents; of b and c, {present} are left")
+    if state(sql, b) is not None:
+        end(sql, b)
+        end(sql, c)
+        end(sql, y)
+        assert state(sql, d) == "pending"
+
+
+def test_a_retry_leaves_cancelled_a_descendant_whose_cancelled_parent_was_deleted(sql):
+    # a -> b -> c. a fails: b and c are cancelled. b is deleted (by hand, or
+    # by retention once nothing would bring c back). Retrying a must not
+    # bring c back waiting for b, which will never end: a deleted parent
+    # counts as cancelled, so c stays cancelled.
+    a = insert(sql)
+    b = insert(sql, depends_on=[a])
+    c = insert(sql, depends_on=[b])
+    end(sql, a, "failed")
+    sql.rows("DELETE FROM job_queue WHERE id = %s", (b,))
+    sql.rows(f"UPDATE job_queue SET {RETRIED} WHERE id = %s", (a,))
+    assert state(sql, c) == "cancelled", f"c waits for {unended(sql, c)} parents"
+
+
+# The completer ends a worker's runs in one UPDATE ... WHERE id = ANY(...),
+# and so do the reaper and a dead worker's supervisor. Each ended parent
+# counts for its children, row by row in id order, and holds each child's
+# count to its commit: two such writes whose parents share children the
+# other way round wait for each other. A stop (a trigger on the counts,
+# this test's own) holds each write just after it counted its first child,
+# so that both are there at once.
+STOP_AFTER_A_COUNT = """
+CREATE FUNCTION test_stop() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(4242);
+    RETURN NULL;
+END;
+$$;
+CREATE TRIGGER test_stop AFTER UPDATE ON job_queue_waits
+FOR EACH ROW EXECUTE FUNCTION test_stop();
+"""
+
+
+def test_rows_without_dependencies_call_no_function_of_dependencies(database_url, sql):
+    # Every trigger the dependencies added is skipped by its WHEN clause for
+    # a row that names no job and no batch: inserted one by one and many at
+    # once, ended, retried, deleted, no function the dependencies' migration
+    # creates is called.
+    created = re.findall(r"^CREATE FUNCTION (\w+)",
+                         WORKFLOWS_MIGRATION.read_text(), re.MULTILINE)
+    conn = Sql(database_url)
+    conn.rows("BEGIN")
+    conn.rows("SET LOCAL track_functions = 'pl'")
+    ids = [insert(conn) for _ in range(3)]
+    conn.rows("INSERT INTO job_queue (kind) SELECT 'k' FROM generate_series(1, 3)")
+    for job_id in ids:
+        end(conn, job_id, "failed")
+    conn.rows(f"UPDATE job_queue SET {RETRIED} WHERE id = ANY(%s)", (ids,))
+    conn.rows("DELETE FROM job_queue")
+    called = conn.rows("SELECT funcname, calls FROM pg_stat_xact_user_functions"
+                       " WHERE funcname = ANY(%s) ORDER BY funcname", (created,))
+    conn.rows("COMMIT")
+    conn.close()
+    assert "job_queue_parent_changed" in created
+    assert called == []
