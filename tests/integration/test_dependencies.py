@@ -194,6 +194,8 @@ def test_a_retried_parent_brings_back_what_its_failure_cancelled(sql, store):
     # c still has a failed parent of its own: it stays cancelled until that
     # one is retried too.
     assert states(sql, [a, b, c]) == ["pending", "waiting", "cancelled"]
+    assert sql.value("SELECT last_error FROM job_queue WHERE id = %s", (c,)) == \
+        f"parent job {other} ended failed"  # the job whose retry brings it back
     assert store.retry_job(other).changed
     assert states(sql, [b, c]) == ["waiting", "waiting"]
     end(sql, a)

@@ -300,3 +300,30 @@ def test_rows_without_dependencies_call_no_function_of_dependencies(database_url
     conn.close()
     assert "job_queue_parent_changed" in created
     assert called == []
+
+
+def test_a_failure_down_a_chain_reads_no_table_whole_beside_a_fan_out(database_url, sql):
+    # A fan-out of thousands of waiting children dominates the statistics:
+    # the end of a parent planned for no particular parent takes it for one
+    # with thousands of children, and read every edge and every waiting row
+    # (a hash join), once for the failure and once more for each step of
+    # the chain it cancels. Counted in the failing transaction itself, its
+    # settling run before its commit (SET CONSTRAINTS ... IMMEDIATE).
+    root = insert(sql)
+    sql.rows("INSERT INTO job_queue (kind, depends_on)"
+             " SELECT 'k', ARRAY[%s::bigint] FROM generate_series(1, 5000)", (root,))
+    sql.rows("ANALYZE job_queue")
+    sql.rows("ANALYZE job_queue_edges")
+    ids = [row[0] for row in sql.rows(
+        "SELECT job_id FROM job_queue_workflow('chain', (SELECT jsonb_agg(jsonb_build_object("
+        "'ref', 's' || n, 'kind', 'k', 'after', CASE WHEN n > 1 THEN jsonb_build_array("
+        "'s' || (n - 1)) ELSE '[]' END) ORDER BY n) FROM generate_series(1, 30) AS n))")]
+    failing = Open(database_url)
+    failing.run(f"UPDATE job_queue SET {ENDED} WHERE id = %s", ("failed", ids[0]))
+    failing.run("SET CONSTRAINTS job_queue_settle IMMEDIATE")
+    scans = failing.run("SELECT relname, seq_scan FROM pg_stat_xact_user_tables"
+                        " WHERE relname IN ('job_queue', 'job_queue_edges') AND seq_scan > 0")
+    failing.conn.commit()
+    failing.close()
+    assert sql.value("SELECT count(*) FROM job_queue WHERE state = 'cancelled'") == 29
+    assert scans == []

@@ -644,6 +644,8 @@ $$;
 
 CREATE FUNCTION public.job_queue_parent_ended(parent bigint, parent_state text, how text) RETURNS void
     LANGUAGE plpgsql
+    SET enable_seqscan TO 'off'
+    SET jit TO 'off'
     AS $$
 DECLARE
     ready bigint[];
@@ -660,18 +662,29 @@ BEGIN
         PERFORM job_queue_release(ready, parent_state <> 'succeeded');
     END IF;
 
-    IF parent_state <> 'succeeded' THEN
+    -- Each child is looked up by its id (a subquery, not a join), and the
+    -- walk runs only where a child is left to cancel: the descendants it
+    -- cancels come back here, settled in turn, and find none.
+    IF parent_state <> 'succeeded' AND EXISTS (
+        SELECT FROM job_queue_edges AS e
+        WHERE e.parent_id = parent
+          AND (SELECT c.state = 'waiting' AND c.on_parent_failure = 'cancel'
+               FROM job_queue AS c WHERE c.id = e.child_id))
+    THEN
         WITH RECURSIVE doomed (id, cause) AS (
-            SELECT c.id, parent
+            SELECT e.child_id, parent
             FROM job_queue_edges AS e
-            JOIN job_queue AS c ON c.id = e.child_id
-            WHERE e.parent_id = parent AND c.state = 'waiting' AND c.on_parent_failure = 'cancel'
+            WHERE e.parent_id = parent
+              AND (SELECT c.state = 'waiting' AND c.on_parent_failure = 'cancel'
+                   FROM job_queue AS c WHERE c.id = e.child_id)
           UNION
-            SELECT c.id, d.id
+            SELECT e.child_id, d.id
             FROM doomed AS d
-            JOIN job_queue_edges AS e ON e.parent_id = d.id
-            JOIN job_queue AS c ON c.id = e.child_id
-            WHERE c.state = 'waiting' AND c.on_parent_failure = 'cancel'
+            -- OFFSET 0 keeps the subquery a lookup per row of the walk.
+            CROSS JOIN LATERAL (SELECT child_id FROM job_queue_edges
+                                WHERE parent_id = d.id OFFSET 0) AS e
+            WHERE (SELECT c.state = 'waiting' AND c.on_parent_failure = 'cancel'
+                   FROM job_queue AS c WHERE c.id = e.child_id)
         ), first_cause AS (
             SELECT DISTINCT ON (id) id, cause FROM doomed ORDER BY id, cause
         ), recorded AS (
@@ -697,6 +710,8 @@ $$;
 
 CREATE FUNCTION public.job_queue_parent_revived(parent bigint) RETURNS void
     LANGUAGE plpgsql
+    SET enable_seqscan TO 'off'
+    SET jit TO 'off'
     AS $$
 DECLARE
     revived bigint[];
@@ -727,6 +742,8 @@ BEGIN
         GROUP BY c.id
     LOOP
         UPDATE job_queue_waits SET cancelled_by = held.holder WHERE job_id = held.child_id;
+        UPDATE job_queue SET last_error = format('parent job %s was deleted', held.holder)
+        WHERE id = held.child_id;
         revived := array_remove(revived, held.child_id);
     END LOOP;
     LOOP
@@ -738,7 +755,12 @@ BEGIN
         GROUP BY e.child_id
         LIMIT 1;
         EXIT WHEN NOT FOUND;
+        -- Named as the job that holds it now, whose retry brings it back.
         UPDATE job_queue_waits SET cancelled_by = held.holder WHERE job_id = held.child_id;
+        UPDATE job_queue AS c
+        SET last_error = format('parent job %s ended %s', q.id, q.state)
+        FROM job_queue AS q
+        WHERE c.id = held.child_id AND q.id = held.holder;
         revived := array_remove(revived, held.child_id);
     END LOOP;
 
@@ -889,6 +911,8 @@ $$;
 
 CREATE FUNCTION public.job_queue_settle() RETURNS trigger
     LANGUAGE plpgsql
+    SET enable_seqscan TO 'off'
+    SET jit TO 'off'
     AS $$
 DECLARE
     me bigint := txid_current();
@@ -1624,6 +1648,12 @@ CREATE INDEX job_queue_starts_kind ON public.job_queue_starts USING btree (kind,
 --
 
 CREATE UNIQUE INDEX job_queue_unique_key ON public.job_queue USING btree (queue, unique_key) WHERE ((unique_key IS NOT NULL) AND (state = ANY (ARRAY['pending'::text, 'running'::text])));
+
+--
+-- Name: job_queue_waits_cancelled_by; Type: INDEX; Schema: public
+--
+
+CREATE INDEX job_queue_waits_cancelled_by ON public.job_queue_waits USING btree (cancelled_by) WHERE (cancelled_by IS NOT NULL);
 
 --
 -- Name: job_queue_workflow; Type: INDEX; Schema: public

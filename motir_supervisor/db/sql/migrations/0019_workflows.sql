@@ -62,6 +62,8 @@ CREATE TABLE job_queue_waits (
     -- The job whose end cancelled this one, which brings it back if retried.
     cancelled_by bigint
 );
+CREATE INDEX job_queue_waits_cancelled_by ON job_queue_waits (cancelled_by)
+    WHERE cancelled_by IS NOT NULL;
 
 CREATE TABLE job_queue_workflows (
     id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -369,7 +371,10 @@ $$;
 -- and the descendants its end cancelled wait again, but for those that
 -- another failed job still holds (which then brings them back instead).
 CREATE FUNCTION job_queue_parent_revived(parent bigint) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off
+SET jit = off
+AS $$
 DECLARE
     revived bigint[];
     held record;
@@ -399,6 +404,8 @@ BEGIN
         GROUP BY c.id
     LOOP
         UPDATE job_queue_waits SET cancelled_by = held.holder WHERE job_id = held.child_id;
+        UPDATE job_queue SET last_error = format('parent job %s was deleted', held.holder)
+        WHERE id = held.child_id;
         revived := array_remove(revived, held.child_id);
     END LOOP;
     LOOP
@@ -410,7 +417,12 @@ BEGIN
         GROUP BY e.child_id
         LIMIT 1;
         EXIT WHEN NOT FOUND;
+        -- Named as the job that holds it now, whose retry brings it back.
         UPDATE job_queue_waits SET cancelled_by = held.holder WHERE job_id = held.child_id;
+        UPDATE job_queue AS c
+        SET last_error = format('parent job %s ended %s', q.id, q.state)
+        FROM job_queue AS q
+        WHERE c.id = held.child_id AND q.id = held.holder;
         revived := array_remove(revived, held.child_id);
     END LOOP;
 
@@ -429,9 +441,19 @@ $$;
 -- the graph. Their own ends are settled in turn, where they count for their
 -- children (a 'run' child among them is released) and find nothing more to
 -- cancel.
+--
+-- Its statements are planned for no particular parent, from statistics that
+-- a fan-out of thousands can dominate: a parent is taken for one with
+-- thousands of children, and the plans would read every edge and every
+-- waiting row, and compile themselves (JIT), each time a parent with one
+-- child fails. Through the indexes instead: a job's edges and its children
+-- by their ids.
 CREATE FUNCTION job_queue_parent_ended(parent bigint, parent_state text, how text)
 RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off
+SET jit = off
+AS $$
 DECLARE
     ready bigint[];
 BEGIN
@@ -447,18 +469,29 @@ BEGIN
         PERFORM job_queue_release(ready, parent_state <> 'succeeded');
     END IF;
 
-    IF parent_state <> 'succeeded' THEN
+    -- Each child is looked up by its id (a subquery, not a join), and the
+    -- walk runs only where a child is left to cancel: the descendants it
+    -- cancels come back here, settled in turn, and find none.
+    IF parent_state <> 'succeeded' AND EXISTS (
+        SELECT FROM job_queue_edges AS e
+        WHERE e.parent_id = parent
+          AND (SELECT c.state = 'waiting' AND c.on_parent_failure = 'cancel'
+               FROM job_queue AS c WHERE c.id = e.child_id))
+    THEN
         WITH RECURSIVE doomed (id, cause) AS (
-            SELECT c.id, parent
+            SELECT e.child_id, parent
             FROM job_queue_edges AS e
-            JOIN job_queue AS c ON c.id = e.child_id
-            WHERE e.parent_id = parent AND c.state = 'waiting' AND c.on_parent_failure = 'cancel'
+            WHERE e.parent_id = parent
+              AND (SELECT c.state = 'waiting' AND c.on_parent_failure = 'cancel'
+                   FROM job_queue AS c WHERE c.id = e.child_id)
           UNION
-            SELECT c.id, d.id
+            SELECT e.child_id, d.id
             FROM doomed AS d
-            JOIN job_queue_edges AS e ON e.parent_id = d.id
-            JOIN job_queue AS c ON c.id = e.child_id
-            WHERE c.state = 'waiting' AND c.on_parent_failure = 'cancel'
+            -- OFFSET 0 keeps the subquery a lookup per row of the walk.
+            CROSS JOIN LATERAL (SELECT child_id FROM job_queue_edges
+                                WHERE parent_id = d.id OFFSET 0) AS e
+            WHERE (SELECT c.state = 'waiting' AND c.on_parent_failure = 'cancel'
+                   FROM job_queue AS c WHERE c.id = e.child_id)
         ), first_cause AS (
             SELECT DISTINCT ON (id) id, cause FROM doomed ORDER BY id, cause
         ), recorded AS (
@@ -543,7 +576,10 @@ EXECUTE FUNCTION job_queue_retry_dependent();
 -- commit that settles ends of parents sharing children with another's waits
 -- for it on the first shared count, holding none the other needs.
 CREATE FUNCTION job_queue_settle() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off
+SET jit = off
+AS $$
 DECLARE
     me bigint := txid_current();
     events job_queue_settling[];
