@@ -33,6 +33,9 @@ class JobState(StrEnum):
     word (``JobState.FAILED == "failed"``). How one run ended is an
     :class:`.outcomes.Outcome`, not a state."""
 
+    #: Waiting for the jobs it depends on to end (see docs/workflows.md);
+    #: never claimed until the database releases it.
+    WAITING = "waiting"
     #: Waiting for its run_at, a worker, or a slot of its kind's limits.
     PENDING = "pending"
     #: Claimed by a worker, which holds a lease on it.

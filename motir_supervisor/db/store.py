@@ -31,7 +31,7 @@ WAKEUP_CHANNEL = "motir_job_queue"
 #: limited kind's slot freed, or the limits changed (migrations/0004).
 ANY_QUEUE = "*"
 #: The states of a job (the CHECK of migrations/0001).
-STATES = ("pending", "running", "succeeded", "failed", "cancelled")
+STATES = ("waiting", "pending", "running", "succeeded", "failed", "cancelled")
 
 #: Errors after which the connection is unusable and must be opened again.
 CONNECTION_ERRORS = (psycopg2.OperationalError, psycopg2.InterfaceError)

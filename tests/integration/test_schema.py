@@ -20,7 +20,9 @@ SPEC_COLUMNS = {
     "checkpoint": "jsonb", "started_at": "timestamp with time zone",
     "cancel_requested": "boolean", "priority": "smallint", "unique_key": "text",
     "limited": "boolean", "concurrency_key": "text", "parked": "boolean", "output": "jsonb",
-    "trace_context": "jsonb", "errors": "jsonb",
+    "trace_context": "jsonb", "errors": "jsonb", "depends_on": "ARRAY",
+    "on_parent_failure": "text", "workflow_id": "bigint", "step": "text", "batch_id": "bigint",
+    "has_dependents": "boolean",
 }
 
 
@@ -324,8 +326,12 @@ def documented_prisma_models():
                 name, kind = parts[0], parts[1]
                 mapped = re.search(r'@map\("(\w+)"\)', line)
                 native = [PRISMA_NATIVE[p] for p in parts[2:] if p in PRISMA_NATIVE]
-                column_type = native[0] if native else PRISMA_TYPES[kind.rstrip("?")]
                 column = mapped.group(1) if mapped else name
+                if kind.endswith("[]"):
+                    # A scalar list: never optional in Prisma, a nullable array column.
+                    columns[column] = ("ARRAY", True)
+                    continue
+                column_type = native[0] if native else PRISMA_TYPES[kind.rstrip("?")]
                 columns[column] = (column_type, kind.endswith("?"))
             models[table] = columns
     return models

@@ -1194,15 +1194,15 @@ DELETE FROM job_queue_limits WHERE kind = %(kind)s;
 ANALYZE job_queue_limits;
 
 -- route_kind --
--- After the kind's limits changed (in this transaction): each pending and
--- running row of the kind in the lane they now say, none of them parked.
--- The update names neither state, kind nor key: no trigger of job_queue
--- fires.
+-- After the kind's limits changed (in this transaction): each waiting,
+-- pending and running row of the kind in the lane they now say, none of
+-- them parked. The update names neither state, kind nor key: no trigger of
+-- job_queue fires.
 UPDATE job_queue
 SET limited = job_queue_limited(kind, concurrency_key),
     parked = false
 WHERE kind = %(kind)s
-  AND state IN ('pending', 'running')
+  AND state IN ('waiting', 'pending', 'running')
   AND (parked OR limited <> job_queue_limited(kind, concurrency_key));
 
 -- status_limits --
@@ -1257,7 +1257,8 @@ ORDER BY CASE WHEN %(newest_first)s THEN j.id END DESC, j.id
 LIMIT %(limit)s;
 
 -- cancel_job --
--- Pending or failed: cancelled now. Running: flagged, so that its worker
+-- Waiting, pending or failed: cancelled now (a waiting job's descendants
+-- follow as their on_parent_failure says; see migrations/0019). Running: flagged, so that its worker
 -- stops it (see migrations/0002). Returns the state the job was in, so the
 -- command can say what happened; nothing for an unknown id.
 WITH target AS (
@@ -1268,7 +1269,7 @@ WITH target AS (
         finished_at = CASE WHEN t.state = 'running' THEN j.finished_at ELSE now() END,
         cancel_requested = (t.state = 'running')
     FROM target AS t
-    WHERE j.id = t.id AND t.state IN ('pending', 'failed', 'running')
+    WHERE j.id = t.id AND t.state IN ('waiting', 'pending', 'failed', 'running')
     RETURNING j.id
 )
 SELECT t.state AS state_before, EXISTS (SELECT 1 FROM changed) AS changed FROM target AS t;

@@ -6,6 +6,181 @@
 -- produce exactly this.
 
 --
+-- Name: job_queue_add_members(bigint[]); Type: FUNCTION; Schema: public
+--
+
+CREATE FUNCTION public.job_queue_add_members(members bigint[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    bad record;
+BEGIN
+    IF cardinality(members) = 0 THEN
+        RETURN;
+    END IF;
+    -- A seal takes the batch's row for update: it waits for these members'
+    -- commit, or they see it sealed.
+    PERFORM FROM job_queue_batches
+    WHERE id IN (SELECT batch_id FROM job_queue WHERE id = ANY(members))
+    ORDER BY id
+    FOR SHARE;
+    SELECT j.id, j.batch_id, b.sealed_at INTO bad
+    FROM job_queue AS j LEFT JOIN job_queue_batches AS b ON b.id = j.batch_id
+    WHERE j.id = ANY(members) AND (b.id IS NULL OR b.sealed_at IS NOT NULL)
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'job %: batch % %', bad.id, bad.batch_id,
+            CASE WHEN bad.sealed_at IS NULL THEN 'does not exist'
+                 ELSE 'is sealed: no member can be added to it' END
+            USING ERRCODE = 'foreign_key_violation';
+    END IF;
+
+    INSERT INTO job_queue_edges (parent_id, child_id)
+    SELECT j.id, c.callback
+    FROM job_queue AS j
+    JOIN job_queue_batches AS b ON b.id = j.batch_id,
+    LATERAL (VALUES (b.on_success), (b.on_complete)) AS c(callback)
+    WHERE j.id = ANY(members) AND c.callback IS NOT NULL;
+
+    UPDATE job_queue_waits AS w
+    SET unended = w.unended + n.members
+    FROM (SELECT c.callback, count(*) AS members
+          FROM job_queue AS j
+          JOIN job_queue_batches AS b ON b.id = j.batch_id,
+          LATERAL (VALUES (b.on_success), (b.on_complete)) AS c(callback)
+          WHERE j.id = ANY(members) AND c.callback IS NOT NULL
+            AND j.state NOT IN ('succeeded', 'failed', 'cancelled')
+          GROUP BY c.callback) AS n
+    WHERE w.job_id = n.callback;
+END;
+$$;
+
+--
+-- Name: job_queue_batch(text, jsonb, jsonb, jsonb); Type: FUNCTION; Schema: public
+--
+
+CREATE FUNCTION public.job_queue_batch(name text, members jsonb, on_success jsonb DEFAULT NULL::jsonb, on_complete jsonb DEFAULT NULL::jsonb) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    created bigint;
+BEGIN
+    created := job_queue_batch_open(name, on_success, on_complete);
+    PERFORM job_queue_insert_steps(members, NULL, created);
+    PERFORM job_queue_batch_seal(created);
+    RETURN created;
+END;
+$$;
+
+--
+-- Name: job_queue_batch_add(bigint, jsonb); Type: FUNCTION; Schema: public
+--
+
+CREATE FUNCTION public.job_queue_batch_add(batch bigint, members jsonb) RETURNS TABLE(ref text, job_id bigint)
+    LANGUAGE sql
+    AS $$
+    SELECT * FROM job_queue_insert_steps(members, NULL, batch)
+$$;
+
+--
+-- Name: job_queue_batch_callback(jsonb, text); Type: FUNCTION; Schema: public
+--
+
+CREATE FUNCTION public.job_queue_batch_callback(spec jsonb, policy text) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    created bigint;
+BEGIN
+    IF spec IS NULL OR spec = 'null' THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(spec) <> 'object' OR jsonb_typeof(spec -> 'kind') IS DISTINCT FROM 'string' THEN
+        RAISE EXCEPTION 'a batch callback must be a JSON object with a kind, not %', spec
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- depends_on is empty, not NULL: its parents are its edges, which a
+    -- delete of the row removes with it.
+    INSERT INTO job_queue (kind, payload, queue, priority, max_attempts, state,
+                           depends_on, on_parent_failure)
+    VALUES (spec ->> 'kind', coalesce(spec -> 'payload', '{}'), spec ->> 'queue',
+            (spec ->> 'priority')::smallint, (spec ->> 'max_attempts')::integer, 'waiting',
+            '{}', policy)
+    RETURNING id INTO created;
+    INSERT INTO job_queue_waits (job_id, unended) VALUES (created, 1);
+    RETURN created;
+END;
+$$;
+
+--
+-- Name: job_queue_batch_open(text, jsonb, jsonb); Type: FUNCTION; Schema: public
+--
+
+CREATE FUNCTION public.job_queue_batch_open(name text, on_success jsonb DEFAULT NULL::jsonb, on_complete jsonb DEFAULT NULL::jsonb) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    created bigint;
+BEGIN
+    INSERT INTO job_queue_batches (name) VALUES (name) RETURNING id INTO created;
+    UPDATE job_queue_batches
+    SET on_success = job_queue_batch_callback(job_queue_batch_open.on_success, 'cancel'),
+        on_complete = job_queue_batch_callback(job_queue_batch_open.on_complete, 'run')
+    WHERE id = created;
+    RETURN created;
+END;
+$$;
+
+--
+-- Name: job_queue_batch_seal(bigint); Type: FUNCTION; Schema: public
+--
+
+CREATE FUNCTION public.job_queue_batch_seal(batch bigint) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    sealed job_queue_batches;
+    ready bigint[];
+BEGIN
+    UPDATE job_queue_batches SET sealed_at = now()
+    WHERE id = batch AND sealed_at IS NULL
+    RETURNING * INTO sealed;
+    IF NOT FOUND THEN
+        IF NOT EXISTS (SELECT FROM job_queue_batches WHERE id = batch) THEN
+            RAISE EXCEPTION 'batch % does not exist', batch USING ERRCODE = 'no_data_found';
+        END IF;
+        RETURN;
+    END IF;
+    WITH counted AS (
+        UPDATE job_queue_waits
+        SET unended = unended - 1
+        WHERE job_id IN (sealed.on_success, sealed.on_complete)
+        RETURNING job_id, unended
+    )
+    SELECT array_agg(job_id) INTO ready FROM counted WHERE unended = 0;
+    PERFORM job_queue_release(ready);
+END;
+$$;
+
+--
+-- Name: job_queue_dependent_deleted(); Type: FUNCTION; Schema: public
+--
+
+CREATE FUNCTION public.job_queue_dependent_deleted() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF OLD.has_dependents AND OLD.state NOT IN ('succeeded', 'failed', 'cancelled') THEN
+        PERFORM job_queue_parent_ended(OLD.id, 'cancelled', 'was deleted');
+    END IF;
+    DELETE FROM job_queue_edges WHERE parent_id = OLD.id;
+    DELETE FROM job_queue_edges WHERE child_id = OLD.id;
+    DELETE FROM job_queue_waits WHERE job_id = OLD.id;
+    RETURN NULL;
+END;
+$$;
+
+--
 -- Name: job_queue_errors_with(jsonb, integer, text); Type: FUNCTION; Schema: public
 --
 
@@ -24,6 +199,108 @@ CREATE FUNCTION public.job_queue_errors_with(history jsonb, attempt_no integer, 
                     'traceback', nullif(split_part(
                         failure, E'\nTraceback (innermost last):\n', 2), '')))
     END
+$$;
+
+--
+-- Name: job_queue_insert_steps(jsonb, bigint, bigint); Type: FUNCTION; Schema: public
+--
+
+CREATE FUNCTION public.job_queue_insert_steps(steps jsonb, workflow bigint, batch bigint) RETURNS TABLE(ref text, job_id bigint)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    bad record;
+    new_ids bigint[];
+BEGIN
+    IF jsonb_typeof(steps) IS DISTINCT FROM 'array' THEN
+        RAISE EXCEPTION 'steps must be a JSON array of objects, not %', coalesce(jsonb_typeof(steps), 'null')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT n, problem INTO bad
+    FROM (SELECT s.n,
+                 CASE WHEN jsonb_typeof(s.e) <> 'object' THEN 'is not a JSON object'
+                      WHEN jsonb_typeof(s.e -> 'kind') IS DISTINCT FROM 'string' OR s.e ->> 'kind' = ''
+                          THEN 'has no kind'
+                      WHEN s.e ? 'ref' AND jsonb_typeof(s.e -> 'ref') <> 'string'
+                          THEN 'has a ref that is not a string'
+                      WHEN s.e ? 'after' AND jsonb_typeof(s.e -> 'after') <> 'array'
+                          THEN 'has an after that is not an array of refs'
+                      WHEN s.e ? 'depends_on' AND jsonb_typeof(s.e -> 'depends_on') <> 'array'
+                          THEN 'has a depends_on that is not an array of job ids'
+                      ELSE (SELECT format('has an unknown field "%s"', k)
+                            FROM jsonb_object_keys(s.e) AS k
+                            WHERE k NOT IN ('ref', 'kind', 'payload', 'after', 'depends_on', 'queue',
+                                            'priority', 'max_attempts', 'run_at', 'unique_key',
+                                            'concurrency_key', 'on_parent_failure')
+                            LIMIT 1)
+                 END AS problem
+          FROM jsonb_array_elements(steps) WITH ORDINALITY AS s(e, n)) AS checked
+    WHERE problem IS NOT NULL
+    ORDER BY n
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'step %: %', bad.n, bad.problem USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    SELECT s.e ->> 'ref' AS ref INTO bad
+    FROM jsonb_array_elements(steps) AS s(e)
+    WHERE s.e ? 'ref'
+    GROUP BY s.e ->> 'ref'
+    HAVING count(*) > 1
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'step "%": two steps have this ref', bad.ref
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    -- An after must name a step listed before: then no cycle can be written.
+    WITH s AS (SELECT e, n FROM jsonb_array_elements(steps) WITH ORDINALITY AS s(e, n)),
+         refs AS (SELECT e ->> 'ref' AS ref, n FROM s WHERE e ? 'ref')
+    SELECT coalesce(s.e ->> 'ref', s.n::text) AS step, a.ref AS named, r.n IS NOT NULL AS later
+    INTO bad
+    FROM s
+    CROSS JOIN LATERAL jsonb_array_elements_text(coalesce(s.e -> 'after', '[]')) AS a(ref)
+    LEFT JOIN refs AS r ON r.ref = a.ref
+    WHERE r.n IS NULL OR r.n >= s.n
+    ORDER BY s.n
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'step "%": after names "%", %', bad.step, bad.named,
+            CASE WHEN bad.later THEN 'which is not listed before it (a step comes after the steps it waits for)'
+                 ELSE 'which is no step of it' END
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    new_ids := ARRAY(SELECT nextval(pg_get_serial_sequence('job_queue', 'id'))
+                 FROM generate_series(1, jsonb_array_length(steps)));
+    WITH s AS (SELECT e, n FROM jsonb_array_elements(steps) WITH ORDINALITY AS s(e, n)),
+         refs AS (SELECT e ->> 'ref' AS ref, n FROM s WHERE e ? 'ref'),
+         parents AS (
+             SELECT s.n, array_agg(new_ids[r.n] ORDER BY r.n) AS parent_ids
+             FROM s
+             CROSS JOIN LATERAL jsonb_array_elements_text(s.e -> 'after') AS a(ref)
+             JOIN refs AS r ON r.ref = a.ref
+             GROUP BY s.n)
+    INSERT INTO job_queue (id, kind, payload, queue, priority, max_attempts, run_at, unique_key,
+                           concurrency_key, on_parent_failure, depends_on, workflow_id, step, batch_id)
+    SELECT new_ids[s.n], s.e ->> 'kind', coalesce(s.e -> 'payload', '{}'), s.e ->> 'queue',
+           (s.e ->> 'priority')::smallint, (s.e ->> 'max_attempts')::integer,
+           coalesce((s.e ->> 'run_at')::timestamptz, now()), s.e ->> 'unique_key',
+           s.e ->> 'concurrency_key', coalesce(s.e ->> 'on_parent_failure', 'cancel'),
+           nullif(coalesce(p.parent_ids, '{}')
+                  || ARRAY(SELECT d::bigint FROM jsonb_array_elements_text(coalesce(s.e -> 'depends_on', '[]')) AS d),
+                  '{}'),
+           workflow, CASE WHEN workflow IS NOT NULL THEN coalesce(s.e ->> 'ref', s.e ->> 'kind') END,
+           batch
+    FROM s LEFT JOIN parents AS p ON p.n = s.n
+    ORDER BY s.n;
+
+    RETURN QUERY
+    SELECT coalesce(s.e ->> 'ref', s.n::text), new_ids[s.n]
+    FROM jsonb_array_elements(steps) WITH ORDINALITY AS s(e, n)
+    ORDER BY s.n;
+END;
 $$;
 
 --
@@ -232,6 +509,24 @@ END;
 $$;
 
 --
+-- Name: job_queue_mark_dependent(); Type: FUNCTION; Schema: public
+--
+
+CREATE FUNCTION public.job_queue_mark_dependent() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF cardinality(NEW.depends_on) > 0 AND NEW.state = 'pending' THEN
+        NEW.state := 'waiting';
+    END IF;
+    IF NEW.batch_id IS NOT NULL THEN
+        NEW.has_dependents := true;
+    END IF;
+    RETURN NEW;
+END;
+$$;
+
+--
 -- Name: job_queue_notify_inserted(); Type: FUNCTION; Schema: public
 --
 
@@ -268,6 +563,116 @@ CREATE FUNCTION public.job_queue_notify_requeued() RETURNS trigger
 BEGIN
     PERFORM pg_notify('motir_job_queue', NEW.queue);
     RETURN NULL;
+END;
+$$;
+
+--
+-- Name: job_queue_parent_changed(); Type: FUNCTION; Schema: public
+--
+
+CREATE FUNCTION public.job_queue_parent_changed() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.state IN ('succeeded', 'failed', 'cancelled') THEN
+        PERFORM job_queue_parent_ended(NEW.id, NEW.state, 'ended ' || NEW.state);
+    ELSE
+        PERFORM job_queue_parent_revived(NEW.id);
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+--
+-- Name: job_queue_parent_ended(bigint, text, text); Type: FUNCTION; Schema: public
+--
+
+CREATE FUNCTION public.job_queue_parent_ended(parent bigint, parent_state text, how text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    ready bigint[];
+BEGIN
+    WITH counted AS (
+        UPDATE job_queue_waits AS w
+        SET unended = w.unended - 1
+        FROM job_queue_edges AS e
+        WHERE e.parent_id = parent AND w.job_id = e.child_id
+        RETURNING w.job_id, w.unended
+    )
+    SELECT array_agg(job_id) INTO ready FROM counted WHERE unended = 0;
+    IF ready IS NOT NULL THEN
+        PERFORM job_queue_release(ready, parent_state <> 'succeeded');
+    END IF;
+
+    IF parent_state = 'succeeded' THEN
+        RETURN;
+    END IF;
+    WITH RECURSIVE doomed (id, cause) AS (
+        SELECT c.id, parent
+        FROM job_queue_edges AS e
+        JOIN job_queue AS c ON c.id = e.child_id
+        WHERE e.parent_id = parent AND c.state = 'waiting' AND c.on_parent_failure = 'cancel'
+      UNION
+        SELECT c.id, d.id
+        FROM doomed AS d
+        JOIN job_queue_edges AS e ON e.parent_id = d.id
+        JOIN job_queue AS c ON c.id = e.child_id
+        WHERE c.state = 'waiting' AND c.on_parent_failure = 'cancel'
+    ), first_cause AS (
+        SELECT DISTINCT ON (id) id, cause FROM doomed ORDER BY id, cause
+    ), recorded AS (
+        UPDATE job_queue_waits AS w
+        SET cancelled_by = parent
+        FROM first_cause AS f
+        WHERE w.job_id = f.id
+    )
+    UPDATE job_queue AS c
+    SET state = 'cancelled', finished_at = now(),
+        last_error = CASE WHEN f.cause = parent THEN format('parent job %s %s', parent, how)
+                          ELSE format('parent job %s was cancelled: job %s %s', f.cause, parent, how)
+                     END
+    FROM first_cause AS f
+    WHERE c.id = f.id AND c.state = 'waiting';
+END;
+$$;
+
+--
+-- Name: job_queue_parent_revived(bigint); Type: FUNCTION; Schema: public
+--
+
+CREATE FUNCTION public.job_queue_parent_revived(parent bigint) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    revived bigint[];
+    held record;
+BEGIN
+    UPDATE job_queue_waits AS w
+    SET unended = w.unended + 1
+    FROM job_queue_edges AS e
+    WHERE e.parent_id = parent AND w.job_id = e.child_id;
+
+    revived := ARRAY(SELECT w.job_id FROM job_queue_waits AS w
+                     JOIN job_queue AS c ON c.id = w.job_id
+                     WHERE w.cancelled_by = parent AND c.state = 'cancelled');
+    LOOP
+        SELECT e.child_id, min(q.id) AS holder INTO held
+        FROM job_queue_edges AS e
+        JOIN job_queue AS q ON q.id = e.parent_id
+        WHERE e.child_id = ANY(revived) AND q.id <> parent AND NOT q.id = ANY(revived)
+          AND q.state IN ('failed', 'cancelled')
+        GROUP BY e.child_id
+        LIMIT 1;
+        EXIT WHEN NOT FOUND;
+        UPDATE job_queue_waits SET cancelled_by = held.holder WHERE job_id = held.child_id;
+        revived := array_remove(revived, held.child_id);
+    END LOOP;
+
+    UPDATE job_queue_waits SET cancelled_by = NULL WHERE job_id = ANY(revived);
+    UPDATE job_queue
+    SET state = 'waiting', finished_at = NULL, last_error = NULL
+    WHERE id = ANY(revived) AND state = 'cancelled';
 END;
 $$;
 
@@ -315,6 +720,28 @@ END;
 $$;
 
 --
+-- Name: job_queue_release(bigint[], boolean); Type: FUNCTION; Schema: public
+--
+
+CREATE FUNCTION public.job_queue_release(candidates bigint[], after_failure boolean DEFAULT false) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    queues text[];
+BEGIN
+    WITH released AS (
+        UPDATE job_queue
+        SET state = 'pending', limited = job_queue_limited(kind, concurrency_key), parked = false
+        WHERE id = ANY(candidates) AND state = 'waiting'
+          AND (NOT after_failure OR on_parent_failure = 'run')
+        RETURNING queue
+    )
+    SELECT array_agg(DISTINCT queue) INTO queues FROM released;
+    PERFORM pg_notify('motir_job_queue', q) FROM unnest(queues) AS q;
+END;
+$$;
+
+--
 -- Name: job_queue_reroute(); Type: FUNCTION; Schema: public
 --
 
@@ -354,6 +781,22 @@ CREATE FUNCTION public.job_queue_retry_delay(job_kind text, attempt integer) RET
          WHERE k.kind = job_kind),
         least(3600, 5 * 2 ^ least(greatest(attempt - 1, 0), 32)) * (1 - 0.5 * random())),
         3153600000))
+$$;
+
+--
+-- Name: job_queue_retry_dependent(); Type: FUNCTION; Schema: public
+--
+
+CREATE FUNCTION public.job_queue_retry_dependent() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE job_queue_waits SET cancelled_by = NULL WHERE job_id = NEW.id;
+    IF EXISTS (SELECT FROM job_queue_waits WHERE job_id = NEW.id AND unended > 0) THEN
+        UPDATE job_queue SET state = 'waiting' WHERE id = NEW.id AND state = 'pending';
+    END IF;
+    RETURN NULL;
+END;
 $$;
 
 --
@@ -453,6 +896,94 @@ CREATE FUNCTION public.job_queue_walk_next_key(of_kind text, after text, start t
 $$;
 
 --
+-- Name: job_queue_wire_inserted(); Type: FUNCTION; Schema: public
+--
+
+CREATE FUNCTION public.job_queue_wire_inserted() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    bad record;
+BEGIN
+    IF NOT EXISTS (SELECT FROM inserted_rows
+                   WHERE cardinality(depends_on) > 0 OR batch_id IS NOT NULL) THEN
+        RETURN NULL;
+    END IF;
+
+    SELECT r.id, p.parent, EXISTS (SELECT FROM job_queue AS j WHERE j.id = p.parent) AS present
+    INTO bad
+    FROM inserted_rows AS r, unnest(r.depends_on) AS p(parent)
+    WHERE p.parent IS NULL OR p.parent >= r.id
+       OR NOT EXISTS (SELECT FROM job_queue AS j WHERE j.id = p.parent)
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'job %: depends_on names job %, which %', bad.id, bad.parent,
+            CASE WHEN bad.parent IS NULL THEN 'is NULL'
+                 WHEN NOT bad.present THEN 'does not exist'
+                 ELSE 'was not inserted before it' END
+            USING ERRCODE = 'foreign_key_violation';
+    END IF;
+
+    -- In id order, as the completer's writes lock them: no deadlock between
+    -- an insert and the write that ends some of its parents.
+    PERFORM FROM job_queue
+    WHERE id IN (SELECT p FROM inserted_rows, unnest(depends_on) AS p)
+    ORDER BY id
+    FOR NO KEY UPDATE;
+    UPDATE job_queue SET has_dependents = true
+    WHERE id IN (SELECT p FROM inserted_rows, unnest(depends_on) AS p);
+
+    INSERT INTO job_queue_edges (parent_id, child_id)
+    SELECT DISTINCT p, r.id
+    FROM inserted_rows AS r, unnest(r.depends_on) AS p
+    WHERE r.state = 'waiting';
+
+    INSERT INTO job_queue_waits (job_id, unended, cancelled_by)
+    SELECT e.child_id,
+           count(*) FILTER (WHERE p.state NOT IN ('succeeded', 'failed', 'cancelled')),
+           min(p.id) FILTER (WHERE p.state IN ('failed', 'cancelled'))
+    FROM job_queue_edges AS e
+    JOIN job_queue AS p ON p.id = e.parent_id
+    WHERE e.child_id IN (SELECT id FROM inserted_rows WHERE state = 'waiting'
+                                                       AND cardinality(depends_on) > 0)
+    GROUP BY e.child_id;
+
+    -- A parent that already failed: cancelled at once, or released with
+    -- the others if this row runs whatever its parents did.
+    UPDATE job_queue AS c
+    SET state = 'cancelled', finished_at = now(),
+        last_error = format('parent job %s ended %s', w.cancelled_by, p.state)
+    FROM job_queue_waits AS w, job_queue AS p
+    WHERE c.id IN (SELECT id FROM inserted_rows WHERE state = 'waiting')
+      AND w.job_id = c.id AND w.cancelled_by IS NOT NULL AND p.id = w.cancelled_by
+      AND c.on_parent_failure = 'cancel' AND c.state = 'waiting';
+    PERFORM job_queue_release(ARRAY(
+        SELECT w.job_id FROM job_queue_waits AS w
+        WHERE w.job_id IN (SELECT id FROM inserted_rows WHERE state = 'waiting')
+          AND w.unended = 0));
+
+    PERFORM job_queue_add_members(ARRAY(SELECT id FROM inserted_rows
+                                        WHERE batch_id IS NOT NULL ORDER BY id));
+    RETURN NULL;
+END;
+$$;
+
+--
+-- Name: job_queue_workflow(text, jsonb); Type: FUNCTION; Schema: public
+--
+
+CREATE FUNCTION public.job_queue_workflow(name text, steps jsonb) RETURNS TABLE(workflow_id bigint, ref text, job_id bigint)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    created bigint;
+BEGIN
+    INSERT INTO job_queue_workflows (name) VALUES (name) RETURNING id INTO created;
+    RETURN QUERY SELECT created, s.ref, s.job_id FROM job_queue_insert_steps(steps, created, NULL) AS s;
+END;
+$$;
+
+--
 -- Name: job_queue; Type: TABLE; Schema: public
 --
 
@@ -481,14 +1012,56 @@ CREATE TABLE public.job_queue (
     output jsonb,
     trace_context jsonb,
     errors jsonb,
+    depends_on bigint[],
+    on_parent_failure text DEFAULT 'cancel'::text NOT NULL,
+    workflow_id bigint,
+    step text,
+    batch_id bigint,
+    has_dependents boolean DEFAULT false NOT NULL,
     CONSTRAINT job_queue_attempts_check CHECK ((attempts >= 0)),
     CONSTRAINT job_queue_claim_consistent CHECK (((state = 'running'::text) = ((locked_by IS NOT NULL) AND (lease_expires_at IS NOT NULL)))),
     CONSTRAINT job_queue_concurrency_key_not_empty CHECK ((concurrency_key <> ''::text)),
     CONSTRAINT job_queue_max_attempts_check CHECK ((max_attempts >= 1)),
-    CONSTRAINT job_queue_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text])))
+    CONSTRAINT job_queue_on_parent_failure_check CHECK ((on_parent_failure = ANY (ARRAY['cancel'::text, 'run'::text]))),
+    CONSTRAINT job_queue_state_check CHECK ((state = ANY (ARRAY['waiting'::text, 'pending'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text])))
 )
 WITH (autovacuum_vacuum_scale_factor='0.01', autovacuum_vacuum_threshold='1000', autovacuum_vacuum_insert_scale_factor='0.01', autovacuum_analyze_scale_factor='0.02', autovacuum_vacuum_cost_delay='0', fillfactor='40');
 ALTER TABLE ONLY public.job_queue ALTER COLUMN errors SET COMPRESSION lz4;
+
+--
+-- Name: job_queue_batches; Type: TABLE; Schema: public
+--
+
+CREATE TABLE public.job_queue_batches (
+    id bigint NOT NULL,
+    name text,
+    on_success bigint,
+    on_complete bigint,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    sealed_at timestamp with time zone
+);
+
+--
+-- Name: job_queue_batches_id_seq; Type: SEQUENCE; Schema: public
+--
+
+ALTER TABLE public.job_queue_batches ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.job_queue_batches_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: job_queue_edges; Type: TABLE; Schema: public
+--
+
+CREATE TABLE public.job_queue_edges (
+    parent_id bigint NOT NULL,
+    child_id bigint NOT NULL
+);
 
 --
 -- Name: job_queue_id_seq; Type: SEQUENCE; Schema: public
@@ -608,6 +1181,40 @@ CREATE TABLE public.job_queue_starts (
 );
 
 --
+-- Name: job_queue_waits; Type: TABLE; Schema: public
+--
+
+CREATE TABLE public.job_queue_waits (
+    job_id bigint NOT NULL,
+    unended integer NOT NULL,
+    cancelled_by bigint
+);
+
+--
+-- Name: job_queue_workflows; Type: TABLE; Schema: public
+--
+
+CREATE TABLE public.job_queue_workflows (
+    id bigint NOT NULL,
+    name text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT job_queue_workflows_name_check CHECK ((name <> ''::text))
+);
+
+--
+-- Name: job_queue_workflows_id_seq; Type: SEQUENCE; Schema: public
+--
+
+ALTER TABLE public.job_queue_workflows ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.job_queue_workflows_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
 -- Name: motir_schema_migrations; Type: TABLE; Schema: public
 --
 
@@ -616,6 +1223,20 @@ CREATE TABLE public.motir_schema_migrations (
     name text NOT NULL,
     applied_at timestamp with time zone DEFAULT now() NOT NULL
 );
+
+--
+-- Name: job_queue_batches job_queue_batches_pkey; Type: CONSTRAINT; Schema: public
+--
+
+ALTER TABLE ONLY public.job_queue_batches
+    ADD CONSTRAINT job_queue_batches_pkey PRIMARY KEY (id);
+
+--
+-- Name: job_queue_edges job_queue_edges_pkey; Type: CONSTRAINT; Schema: public
+--
+
+ALTER TABLE ONLY public.job_queue_edges
+    ADD CONSTRAINT job_queue_edges_pkey PRIMARY KEY (parent_id, child_id);
 
 --
 -- Name: job_queue_kinds job_queue_kinds_pkey; Type: CONSTRAINT; Schema: public
@@ -653,6 +1274,20 @@ ALTER TABLE ONLY public.job_queue_schedules
     ADD CONSTRAINT job_queue_schedules_pkey PRIMARY KEY (kind);
 
 --
+-- Name: job_queue_waits job_queue_waits_pkey; Type: CONSTRAINT; Schema: public
+--
+
+ALTER TABLE ONLY public.job_queue_waits
+    ADD CONSTRAINT job_queue_waits_pkey PRIMARY KEY (job_id);
+
+--
+-- Name: job_queue_workflows job_queue_workflows_pkey; Type: CONSTRAINT; Schema: public
+--
+
+ALTER TABLE ONLY public.job_queue_workflows
+    ADD CONSTRAINT job_queue_workflows_pkey PRIMARY KEY (id);
+
+--
 -- Name: motir_schema_migrations motir_schema_migrations_pkey; Type: CONSTRAINT; Schema: public
 --
 
@@ -660,10 +1295,34 @@ ALTER TABLE ONLY public.motir_schema_migrations
     ADD CONSTRAINT motir_schema_migrations_pkey PRIMARY KEY (version);
 
 --
+-- Name: job_queue_batch; Type: INDEX; Schema: public
+--
+
+CREATE INDEX job_queue_batch ON public.job_queue USING btree (batch_id, state) WHERE (batch_id IS NOT NULL);
+
+--
+-- Name: job_queue_batches_on_complete; Type: INDEX; Schema: public
+--
+
+CREATE INDEX job_queue_batches_on_complete ON public.job_queue_batches USING btree (on_complete) WHERE (on_complete IS NOT NULL);
+
+--
+-- Name: job_queue_batches_on_success; Type: INDEX; Schema: public
+--
+
+CREATE INDEX job_queue_batches_on_success ON public.job_queue_batches USING btree (on_success) WHERE (on_success IS NOT NULL);
+
+--
 -- Name: job_queue_claim; Type: INDEX; Schema: public
 --
 
 CREATE INDEX job_queue_claim ON public.job_queue USING btree (priority, run_at, id) WHERE ((state = 'pending'::text) AND (NOT limited));
+
+--
+-- Name: job_queue_edges_child; Type: INDEX; Schema: public
+--
+
+CREATE INDEX job_queue_edges_child ON public.job_queue_edges USING btree (child_id);
 
 --
 -- Name: job_queue_ended_badly; Type: INDEX; Schema: public
@@ -720,6 +1379,18 @@ CREATE INDEX job_queue_starts_kind ON public.job_queue_starts USING btree (kind,
 CREATE UNIQUE INDEX job_queue_unique_key ON public.job_queue USING btree (queue, unique_key) WHERE ((unique_key IS NOT NULL) AND (state = ANY (ARRAY['pending'::text, 'running'::text])));
 
 --
+-- Name: job_queue_workflow; Type: INDEX; Schema: public
+--
+
+CREATE INDEX job_queue_workflow ON public.job_queue USING btree (workflow_id) WHERE (workflow_id IS NOT NULL);
+
+--
+-- Name: job_queue job_queue_dependent_deleted; Type: TRIGGER; Schema: public
+--
+
+CREATE TRIGGER job_queue_dependent_deleted AFTER DELETE ON public.job_queue FOR EACH ROW WHEN ((old.has_dependents OR (old.depends_on IS NOT NULL) OR (old.state = 'waiting'::text))) EXECUTE FUNCTION public.job_queue_dependent_deleted();
+
+--
 -- Name: job_queue job_queue_kind_defaults; Type: TRIGGER; Schema: public
 --
 
@@ -730,6 +1401,12 @@ CREATE TRIGGER job_queue_kind_defaults BEFORE INSERT ON public.job_queue FOR EAC
 --
 
 CREATE TRIGGER job_queue_limits_changed BEFORE UPDATE OF max_running, max_running_per_key, rate_limit, rate_seconds ON public.job_queue_limits FOR EACH ROW WHEN (((((old.max_running IS DISTINCT FROM new.max_running) OR (old.max_running_per_key IS DISTINCT FROM new.max_running_per_key)) OR (old.rate_limit IS DISTINCT FROM new.rate_limit)) OR (old.rate_seconds IS DISTINCT FROM new.rate_seconds))) EXECUTE FUNCTION public.job_queue_limits_new_generation();
+
+--
+-- Name: job_queue job_queue_mark_dependent; Type: TRIGGER; Schema: public
+--
+
+CREATE TRIGGER job_queue_mark_dependent BEFORE INSERT ON public.job_queue FOR EACH ROW WHEN (((cardinality(new.depends_on) > 0) OR (new.batch_id IS NOT NULL))) EXECUTE FUNCTION public.job_queue_mark_dependent();
 
 --
 -- Name: job_queue job_queue_notify_inserted; Type: TRIGGER; Schema: public
@@ -747,13 +1424,19 @@ CREATE TRIGGER job_queue_notify_limits_changed AFTER INSERT OR DELETE OR UPDATE 
 -- Name: job_queue job_queue_notify_requeued; Type: TRIGGER; Schema: public
 --
 
-CREATE TRIGGER job_queue_notify_requeued AFTER UPDATE OF state ON public.job_queue FOR EACH ROW WHEN (((new.state = 'pending'::text) AND (old.state IS DISTINCT FROM 'pending'::text))) EXECUTE FUNCTION public.job_queue_notify_requeued();
+CREATE TRIGGER job_queue_notify_requeued AFTER UPDATE OF state ON public.job_queue FOR EACH ROW WHEN (((new.state = 'pending'::text) AND (old.state <> ALL (ARRAY['pending'::text, 'waiting'::text])))) EXECUTE FUNCTION public.job_queue_notify_requeued();
 
 --
 -- Name: job_queue job_queue_notify_slot_freed; Type: TRIGGER; Schema: public
 --
 
 CREATE TRIGGER job_queue_notify_slot_freed AFTER UPDATE OF state ON public.job_queue FOR EACH ROW WHEN ((old.limited AND (old.state = 'running'::text) AND (new.state <> 'running'::text) AND new.limited)) EXECUTE FUNCTION public.job_queue_slot_freed();
+
+--
+-- Name: job_queue job_queue_parent_changed; Type: TRIGGER; Schema: public
+--
+
+CREATE TRIGGER job_queue_parent_changed AFTER UPDATE OF state ON public.job_queue FOR EACH ROW WHEN ((new.has_dependents AND ((old.state = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text])) IS DISTINCT FROM (new.state = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text]))))) EXECUTE FUNCTION public.job_queue_parent_changed();
 
 --
 -- Name: job_queue_paused job_queue_pause_changed; Type: TRIGGER; Schema: public
@@ -768,6 +1451,12 @@ CREATE TRIGGER job_queue_pause_changed AFTER INSERT OR DELETE ON public.job_queu
 CREATE TRIGGER job_queue_pause_changing BEFORE INSERT OR DELETE ON public.job_queue_paused FOR EACH STATEMENT EXECUTE FUNCTION public.job_queue_lock_limited_claims();
 
 --
+-- Name: job_queue job_queue_retry_dependent; Type: TRIGGER; Schema: public
+--
+
+CREATE TRIGGER job_queue_retry_dependent AFTER UPDATE OF state ON public.job_queue FOR EACH ROW WHEN (((new.state = 'pending'::text) AND (old.state = ANY (ARRAY['failed'::text, 'cancelled'::text])) AND (new.depends_on IS NOT NULL))) EXECUTE FUNCTION public.job_queue_retry_dependent();
+
+--
 -- Name: job_queue job_queue_route_inserted; Type: TRIGGER; Schema: public
 --
 
@@ -777,4 +1466,10 @@ CREATE TRIGGER job_queue_route_inserted BEFORE INSERT ON public.job_queue FOR EA
 -- Name: job_queue job_queue_route_revived; Type: TRIGGER; Schema: public
 --
 
-CREATE TRIGGER job_queue_route_revived AFTER UPDATE ON public.job_queue FOR EACH ROW WHEN (((new.kind IS DISTINCT FROM old.kind) OR (new.concurrency_key IS DISTINCT FROM old.concurrency_key) OR ((new.state = 'pending'::text) AND (old.state <> ALL (ARRAY['pending'::text, 'running'::text]))))) EXECUTE FUNCTION public.job_queue_reroute();
+CREATE TRIGGER job_queue_route_revived AFTER UPDATE ON public.job_queue FOR EACH ROW WHEN (((new.kind IS DISTINCT FROM old.kind) OR (new.concurrency_key IS DISTINCT FROM old.concurrency_key) OR ((new.state = 'pending'::text) AND (old.state <> ALL (ARRAY['pending'::text, 'running'::text, 'waiting'::text]))))) EXECUTE FUNCTION public.job_queue_reroute();
+
+--
+-- Name: job_queue job_queue_wire_inserted; Type: TRIGGER; Schema: public
+--
+
+CREATE TRIGGER job_queue_wire_inserted AFTER INSERT ON public.job_queue REFERENCING NEW TABLE AS inserted_rows FOR EACH STATEMENT EXECUTE FUNCTION public.job_queue_wire_inserted();
