@@ -309,9 +309,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # pytest-postgresql starts the server with -F (fsync off) whatever we
         # pass; a later -c wins, and everything else stays at its default.
+        # Commit timestamps say when a job's end became visible, which is
+        # where the workflows section times a release from.
         with ThrowawayPostgres(
                 postgres_options=f"-c fsync=on -c max_connections={MAX_CONNECTIONS}"
-                                 " -c shared_preload_libraries=pg_stat_statements") as pg:
+                                 " -c shared_preload_libraries=pg_stat_statements"
+                                 " -c track_commit_timestamp=on") as pg:
             bench = Bench(pg, settings)
             try:
                 results = measure_everything(bench)

@@ -6,9 +6,10 @@ the runs take turns, round after round:
 
 - a chain of 1,000 no-op steps, each waiting for the one before: seconds
   from the first step's start (its handler's stamp of the server's clock)
-  to the last step's end (the clock of the transaction that recorded it),
-  the mean hop (a step's handler start to the next one's), and each hop's
-  claim-to-claim time, split where the parent's end is recorded;
+  to the last step's end (the commit of the transaction that ended it), the
+  mean hop (a step's handler start to the next one's), and each hop's
+  claim-to-claim time, with the part from the commit of the parent's end to
+  the child's claim;
 - one parent, 10,000 children of it and one step waiting for all of them:
   the fan-in step's handler start after the latest end of the 10,000, and
   the whole run, from the supervisor's start to an empty queue, beside
@@ -52,9 +53,13 @@ SELECT count(*) FROM job_queue_workflow('bench_fan_out', (
                                                    'after', jsonb_agg('c' || g ORDER BY g)))
     FROM generate_series(1, %(children)s) AS g))
 """
-# Each step of the chain in order, with its claim and its recorded end.
+# A job ends when the transaction that writes its end commits (its
+# finished_at is that transaction's start, before the write and what the
+# write's triggers do); bin/bench's server keeps commit timestamps, and a
+# finished row's last writer (xmin) is the transaction that ended it.
+# Each step of the chain in order, with its claim and its end.
 CHAIN_STEPS = """
-SELECT j.started_at, j.finished_at, s.started_at AS stamped_at
+SELECT j.started_at, pg_xact_commit_timestamp(j.xmin), s.started_at AS stamped_at
 FROM job_queue AS j
 LEFT JOIN bench_starts AS s ON s.job_id = j.id
 WHERE j.workflow_id IS NOT NULL
@@ -62,11 +67,12 @@ ORDER BY substr(j.step, 2)::int
 """
 FAN_IN = """
 SELECT extract(epoch FROM s.started_at - c.ended) * 1000,
-       extract(epoch FROM f.started_at - c.ended) * 1000
+       extract(epoch FROM f.started_at - c.ended) * 1000,
+       extract(epoch FROM s.started_at - c.written) * 1000
 FROM job_queue AS f
 JOIN bench_starts AS s ON s.job_id = f.id
-CROSS JOIN (SELECT max(finished_at) AS ended FROM job_queue
-            WHERE step <> 'fan_in' AND step <> 'parent') AS c
+CROSS JOIN (SELECT max(pg_xact_commit_timestamp(xmin)) AS ended, max(finished_at) AS written
+            FROM job_queue WHERE step <> 'fan_in' AND step <> 'parent') AS c
 WHERE f.step = 'fan_in'
 """
 
@@ -76,7 +82,7 @@ class WorkflowRun:
     workers: int
     chain_steps: int
     #: Each round's chain, from the first step's handler start to the last
-    #: step's recorded end.
+    #: step's end (the commit that ended it).
     chain_seconds: tuple[float, ...]
     #: Each round's mean hop: a step's handler start to the next step's.
     chain_hop_ms: tuple[float, ...]
@@ -84,13 +90,16 @@ class WorkflowRun:
     hop_p50_ms: float
     hop_p95_ms: float
     hop_max_ms: float
-    #: Of a hop, the median from the parent's recorded end to the child's claim.
+    #: Of a hop, the median from the commit of the parent's end to the child's claim.
     release_p50_ms: float
     fan_out_children: int
     #: Each round's fan-in step: its handler start, and its claim, after the
-    #: latest recorded end of the children it waited for.
+    #: latest commit that ended one of the children it waited for; and its
+    #: handler start after the latest finished_at of them, which counts the
+    #: last write of the children's ends as well (the start of its transaction).
     fan_in_start_ms: tuple[float, ...]
     fan_in_claim_ms: tuple[float, ...]
+    fan_in_after_write_ms: tuple[float, ...]
     #: Each round's whole run, supervisor start to empty queue: the
     #: workflow, and as many independent no-op jobs as it has children.
     fan_out_seconds: tuple[float, ...]
@@ -136,14 +145,15 @@ def _chain(bench: Bench, hops: list[float], releases: list[float]) -> tuple[floa
     return (last[1] - first[2]).total_seconds(), mean_hop, inserted
 
 
-def _fan_out(bench: Bench) -> tuple[float, float, float, float]:
+def _fan_out(bench: Bench) -> tuple[float, float, float, float, float]:
     """One fan-out and fan-in: the whole run's seconds, the fan-in step's
-    start and claim after the last child's end (ms), the insert's seconds."""
+    start and claim after the last child's end and its start after their
+    last write (ms), the insert's seconds."""
     children = bench.settings.fan_out_children
     inserted = _prepare(bench, INSERT_FAN_OUT, {"children": children})
     seconds = _run_to_empty(bench, "workflows-fan-out", children + 2)
-    start_ms, claim_ms = bench.sql.rows(FAN_IN)[0]
-    return seconds, float(start_ms), float(claim_ms), inserted
+    start_ms, claim_ms, after_write_ms = bench.sql.rows(FAN_IN)[0]
+    return seconds, float(start_ms), float(claim_ms), float(after_write_ms), inserted
 
 
 def _independent(bench: Bench) -> float:
@@ -178,11 +188,12 @@ def measure_workflows(bench: Bench) -> WorkflowRun:
         fan_out_children=children,
         fan_in_start_ms=tuple(round(run[1], 2) for run in fan_outs),
         fan_in_claim_ms=tuple(round(run[2], 2) for run in fan_outs),
+        fan_in_after_write_ms=tuple(round(run[3], 2) for run in fan_outs),
         fan_out_seconds=tuple(round(s, 3) for s in fan_out_seconds),
         independent_seconds=tuple(round(s, 3) for s in independents),
         fan_out_ratio=round(statistics.mean(fan_out_seconds) / statistics.mean(independents), 3),
         chain_insert_seconds=tuple(round(run[2], 3) for run in chains),
-        fan_out_insert_seconds=tuple(round(run[3], 3) for run in fan_outs))
+        fan_out_insert_seconds=tuple(round(run[4], 3) for run in fan_outs))
 
 
 def _row(name: str, value: float, unit: str, each: Sequence[float] = ()) -> str:
@@ -203,13 +214,15 @@ def format_workflows(run: WorkflowRun) -> list[str]:
         _row("  per hop, claim to the next claim, p50", run.hop_p50_ms, "ms"),
         _row("  per hop, claim to the next claim, p95", run.hop_p95_ms, "ms"),
         _row("  per hop, claim to the next claim, max", run.hop_max_ms, "ms"),
-        _row("  per hop, the parent's recorded end to the child's claim p50",
+        _row("  per hop, parent's end committed to the child's claim, p50",
              run.release_p50_ms, "ms"),
         f"  one parent, {children} children of it, one step waiting for all {children}:",
         _row("  fan-in step's handler start after the last child's end",
              statistics.mean(run.fan_in_start_ms), "ms", run.fan_in_start_ms),
         _row("  fan-in step's claim after the last child's end",
              statistics.mean(run.fan_in_claim_ms), "ms", run.fan_in_claim_ms),
+        _row("  fan-in step's handler start after the last write's start",
+             statistics.mean(run.fan_in_after_write_ms), "ms", run.fan_in_after_write_ms),
         _row("  whole run, supervisor start to an empty queue",
              statistics.mean(run.fan_out_seconds), "s", run.fan_out_seconds),
         _row(f"  {children} independent no-op jobs, the same fleet",
