@@ -386,13 +386,19 @@ def cancel(database_url: str | None, job_id: int) -> None:
                    "  [default: succeeded and cancelled]")
 def prune(database_url: str | None, older_than_hours: float, states: tuple[str, ...]) -> None:
     """Delete succeeded and cancelled jobs (or those of --state) that finished
-    long enough ago."""
+    long enough ago. A job stays while a job that depends on it has not
+    ended; a workflow goes whole, once its last job is old enough."""
     chosen = set(states) or set(db.PRUNED_TOGETHER[0])
     total = 0
     with database(database_url, "prune") as store:
         for group in db.PRUNED_TOGETHER:
             these = [state for state in group if state in chosen]
             while these and (deleted := store.prune_finished(these, older_than_hours * 3600)):
+                total += deleted
+        # A workflow goes whole: with a failed job only when failed ones are pruned too.
+        if chosen & set(db.PRUNED_TOGETHER[0]):
+            failed = older_than_hours * 3600 if "failed" in chosen else None
+            while deleted := store.prune_workflows(older_than_hours * 3600, failed):
                 total += deleted
     named = " or ".join(s for group in db.PRUNED_TOGETHER for s in group if s in states)
     click.echo(f"deleted {total} {named or 'finished'} jobs")

@@ -165,6 +165,21 @@ class Operations:
         return self.session.count("prune_finished", {
             "states": list(states), "older_than_seconds": older_than_seconds, "limit": limit})
 
+    def prune_workflows(self, older_than_seconds: float, failed_older_than_seconds: float | None,
+                        limit: int = 100) -> int:
+        """Delete up to ``limit`` whole workflows whose jobs all ended long
+        enough ago (a failed one after ``failed_older_than_seconds``; a
+        workflow with a failed job stays when that is None), with their
+        jobs; returns how many jobs went. Then the rows of sealed batches
+        whose members and callbacks are gone."""
+        deleted = self.session.run("prune_workflows", {
+            "older_than_seconds": older_than_seconds,
+            "failed_older_than_seconds": failed_older_than_seconds,
+            "limit": limit}).value("deleted")
+        self.session.count("prune_batches", {"older_than_seconds": older_than_seconds,
+                                             "limit": limit})
+        return int(deleted)
+
     def queue_status(self) -> dict[str, Any]:
         run = self.session.run
         return {

@@ -30,6 +30,8 @@ LEASE_BATCH = 500
 PRUNE_EVERY_SECONDS = 300.0
 #: Rows one retention statement deletes.
 PRUNE_BATCH = 1000
+#: Workflows one retention statement deletes, each with all its jobs.
+PRUNE_WORKFLOWS_BATCH = 100
 #: The states of --retention-hours, and of --keep-failed-hours.
 FINISHED, FAILED = db.PRUNED_TOGETHER
 #: A pass stops pruning after this long and goes on at the next pass, so
@@ -85,6 +87,24 @@ class Reaper(Service):
                 log.info("retention: deleted %d %s jobs", deleted,
                          "failed" if states == FAILED else "finished")
             total += deleted
+        if self.retention_seconds:
+            deleted = self._prune_workflows(started)
+            if deleted:
+                log.info("retention: deleted %d jobs of finished workflows", deleted)
+            total += deleted
+        return total
+
+    def _prune_workflows(self, started: float) -> int:
+        """Whole workflows, once their last job is old enough (see
+        prune_workflows in queries.sql), within the pass's budget."""
+        total = 0
+        failed_seconds = self.keep_failed_seconds or None
+        while time.monotonic() - started < PRUNE_BUDGET_SECONDS:
+            deleted = self.store.prune_workflows(self.retention_seconds, failed_seconds,
+                                                 PRUNE_WORKFLOWS_BATCH)
+            total += deleted
+            if not deleted:
+                break
         return total
 
     def _prune(self, states: tuple[str, ...], older_than_seconds: float,

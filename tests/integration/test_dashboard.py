@@ -1,7 +1,6 @@
 """The dashboard over HTTP (WSGI, against the real database): its login,
 its pages, its actions and their CSRF guard, escaping, and paging."""
 
-import base64
 import datetime
 import html
 import re
@@ -16,35 +15,8 @@ from motir_supervisor import db, get_job
 from motir_supervisor.web import server as web
 from motir_supervisor.web.dashboard import create_app
 from motir_supervisor.web.dashboard.reads import PAGE_SIZE, DashboardStore, EndedPerMinute
+from tests.dashboard_client import PASSWORD, credentials, csrf_token, page, post
 from tests.helpers import state_of
-
-PASSWORD = "correct horse ✓"
-
-
-def credentials(password=PASSWORD, user="anyone"):
-    token = base64.b64encode(f"{user}:{password}".encode()).decode()
-    return {"Authorization": f"Basic {token}"}
-
-
-@pytest.fixture
-def client(database_url):
-    store = db.JobStore(database_url)
-    yield Client(web.make_app(store, create_app(database_url, PASSWORD)))
-    store.close()
-
-
-def page(client, path, **kwargs):
-    response = client.get(path, headers=credentials(), **kwargs)
-    assert response.status_code == 200, response.get_data(as_text=True)
-    return response.get_data(as_text=True)
-
-
-def csrf_token(text):
-    return re.search(r'name="csrf_token" value="([^"]+)"', text)[1]
-
-
-def post(client, path, token, **form):
-    return client.post(path, headers=credentials(), data={"csrf_token": token, **form})
 
 
 def insert(sql, **columns):

@@ -22,8 +22,16 @@ WITH unfinished AS (
     SELECT queue, state, run_at FROM job_queue WHERE state = 'running'
     UNION ALL
     SELECT queue, state, run_at FROM job_queue WHERE state IN ('failed', 'cancelled')
+    UNION ALL
+    -- A waiting row depends on others, and each such row has its count in
+    -- job_queue_waits (migrations/0019): found from there, by a table of
+    -- dependent rows only, which is empty where no job has parents.
+    SELECT j.queue, j.state, j.run_at
+    FROM job_queue_waits AS w JOIN job_queue AS j ON j.id = w.job_id
+    WHERE j.state = 'waiting'
 ), counts AS (
     SELECT queue,
+           count(*) FILTER (WHERE state = 'waiting') AS waiting,
            count(*) FILTER (WHERE state = 'pending' AND run_at <= now()) AS due,
            count(*) FILTER (WHERE state = 'pending' AND run_at > now()) AS scheduled,
            count(*) FILTER (WHERE state = 'running') AS running,
@@ -35,6 +43,7 @@ WITH unfinished AS (
     GROUP BY queue
 )
 SELECT coalesce(c.queue, p.queue) AS queue,
+       coalesce(c.waiting, 0) AS waiting,
        coalesce(c.due, 0) AS due, coalesce(c.scheduled, 0) AS scheduled,
        coalesce(c.running, 0) AS running, coalesce(c.failed, 0) AS failed,
        coalesce(c.cancelled, 0) AS cancelled, c.oldest_due_seconds,
@@ -96,8 +105,18 @@ SELECT id, queue, kind, state, priority, unique_key, attempts, max_attempts,
        last_error, locked_by, cancel_requested, limited,
        created_at, run_at, started_at, finished_at, lease_expires_at,
        extract(epoch FROM lease_expires_at - now()) AS lease_left,
-       extract(epoch FROM run_at - now()) AS due_in
-FROM job_queue
+       extract(epoch FROM run_at - now()) AS due_in,
+       workflow_id, step, batch_id, on_parent_failure,
+       (SELECT w.name FROM job_queue_workflows AS w WHERE w.id = j.workflow_id) AS workflow_name,
+       (SELECT count(*) FROM job_queue_edges AS e WHERE e.parent_id = j.id) AS dependents,
+       -- A batch's callback waits for its members: the batch of one of them.
+       (SELECT b.id FROM job_queue_batches AS b
+        WHERE j.id IN (b.on_success, b.on_complete)
+          AND b.id = (SELECT p.batch_id FROM job_queue_edges AS e
+                      JOIN job_queue AS p ON p.id = e.parent_id
+                      WHERE e.child_id = j.id AND p.batch_id IS NOT NULL LIMIT 1)
+       ) AS callback_of
+FROM job_queue AS j
 WHERE id = %(id)s;
 
 -- dashboard_job_errors --
@@ -120,4 +139,115 @@ SELECT id, queue, kind, 'running' AS state, attempts, max_attempts, locked_by, s
 FROM job_queue
 WHERE state = 'running'
 ORDER BY started_at, id
+LIMIT %(limit)s;
+
+-- dashboard_job_parents --
+-- The jobs job %(id)s waits for (job_queue_edges, migrations/0019), at most
+-- %(limit)s of them (a batch's callback has one per member), with how many
+-- there are in all. A parent pruned since is no row here.
+SELECT p.id, p.step, p.kind, p.state, count(*) OVER () AS parents
+FROM job_queue_edges AS e
+JOIN job_queue AS p ON p.id = e.parent_id
+WHERE e.child_id = %(id)s
+ORDER BY p.id
+LIMIT %(limit)s;
+
+-- dashboard_workflows --
+-- The newest workflows, before the id %(before)s (keyset paging), each with
+-- its steps counted by state ({state: count}).
+SELECT w.id, w.name, w.created_at, c.step_count, c.states
+FROM job_queue_workflows AS w
+CROSS JOIN LATERAL (
+    SELECT coalesce(sum(n), 0)::bigint AS step_count,
+           coalesce(jsonb_object_agg(state, n), '{}') AS states
+    FROM (SELECT state, count(*) AS n FROM job_queue
+          WHERE workflow_id = w.id GROUP BY state) AS by_state
+) AS c
+WHERE %(before)s::bigint IS NULL OR w.id < %(before)s
+ORDER BY w.id DESC
+LIMIT %(limit)s;
+
+-- dashboard_workflow --
+-- One workflow, its steps counted by state as in dashboard_workflows.
+SELECT w.id, w.name, w.created_at, c.step_count, c.states
+FROM job_queue_workflows AS w
+CROSS JOIN LATERAL (
+    SELECT coalesce(sum(n), 0)::bigint AS step_count,
+           coalesce(jsonb_object_agg(state, n), '{}') AS states
+    FROM (SELECT state, count(*) AS n FROM job_queue
+          WHERE workflow_id = w.id GROUP BY state) AS by_state
+) AS c
+WHERE w.id = %(id)s;
+
+-- dashboard_workflow_steps --
+-- The steps of workflow %(id)s the page shows: the first and the last
+-- %(ends)s by id (to be drawn: a workflow's steps are inserted in order, so
+-- these are its start and its end), and up to %(failed)s failed steps
+-- between them (listed, so that each can be retried). The workflow's ids
+-- are read through its index first: ordered by id straight away, the
+-- planner may walk the primary key through the whole table instead. Errors
+-- and outputs are cut at a few thousand characters (the job's page has
+-- them whole); cancelled_by is the job whose end cancelled the step.
+WITH ids AS MATERIALIZED (
+    SELECT id, state FROM job_queue WHERE workflow_id = %(id)s
+), shown AS (
+    (SELECT id, true AS drawn FROM ids ORDER BY id LIMIT %(ends)s)
+    UNION ALL
+    (SELECT id, true FROM ids ORDER BY id DESC LIMIT %(ends)s)
+    UNION ALL
+    (SELECT id, false FROM ids WHERE state = 'failed' ORDER BY id LIMIT %(failed)s)
+), steps AS (
+    SELECT id, bool_or(drawn) AS drawn FROM shown GROUP BY id
+)
+SELECT j.id, j.step, j.kind, j.queue, j.state, j.attempts, j.max_attempts,
+       j.cancel_requested, j.on_parent_failure, j.finished_at,
+       split_part(j.last_error, E'\n', 1) AS error_line,
+       left(j.last_error, 4000) AS last_error,
+       left(jsonb_pretty(j.output), 4000) AS output, s.drawn, w.cancelled_by
+FROM steps AS s
+JOIN job_queue AS j ON j.id = s.id
+LEFT JOIN job_queue_waits AS w ON w.job_id = j.id
+ORDER BY j.id;
+
+-- dashboard_workflow_edges --
+-- The edges between the steps %(ids)s; an edge to or from a step of
+-- workflow %(workflow)s that is not among them comes with that end NULL,
+-- once per step drawn (the page draws those to a box standing for the
+-- steps it leaves out).
+SELECT e.parent_id, e.child_id
+FROM job_queue_edges AS e
+WHERE e.child_id = ANY (%(ids)s::bigint[]) AND e.parent_id = ANY (%(ids)s::bigint[])
+UNION ALL
+SELECT s.id, NULL
+FROM unnest(%(ids)s::bigint[]) AS s(id)
+WHERE EXISTS (SELECT FROM job_queue_edges AS e JOIN job_queue AS c ON c.id = e.child_id
+              WHERE e.parent_id = s.id AND c.workflow_id = %(workflow)s
+                AND e.child_id <> ALL (%(ids)s::bigint[]))
+UNION ALL
+SELECT NULL, s.id
+FROM unnest(%(ids)s::bigint[]) AS s(id)
+WHERE EXISTS (SELECT FROM job_queue_edges AS e JOIN job_queue AS p ON p.id = e.parent_id
+              WHERE e.child_id = s.id AND p.workflow_id = %(workflow)s
+                AND e.parent_id <> ALL (%(ids)s::bigint[]));
+
+-- dashboard_batches --
+-- The newest batches, before the id %(before)s (keyset paging): their
+-- members counted by state ({state: count}) and their callbacks' states
+-- (NULL for a callback pruned since, or none asked for).
+SELECT b.id, b.name, b.created_at, b.sealed_at,
+       b.on_success, s.state AS on_success_state,
+       b.on_complete, c.state AS on_complete_state,
+       m.members, m.states
+FROM job_queue_batches AS b
+LEFT JOIN job_queue AS s ON s.id = b.on_success
+LEFT JOIN job_queue AS c ON c.id = b.on_complete
+CROSS JOIN LATERAL (
+    SELECT coalesce(sum(n), 0)::bigint AS members,
+           coalesce(jsonb_object_agg(state, n), '{}') AS states
+    FROM (SELECT state, count(*) AS n FROM job_queue
+          WHERE batch_id = b.id GROUP BY state) AS by_state
+) AS m
+WHERE (%(before)s::bigint IS NULL OR b.id < %(before)s)
+  AND (%(id)s::bigint IS NULL OR b.id = %(id)s)
+ORDER BY b.id DESC
 LIMIT %(limit)s;

@@ -1336,12 +1336,72 @@ ORDER BY queue;
 -- runs long, and SKIP LOCKED keeps concurrent pruners out of each other's way.
 -- The states are one group of db.PRUNED_TOGETHER, each a partial index's
 -- rows (migrations/0002 and 0005), which the batch walks by age.
+--
+-- A job stays while a job that depends on it has not ended (which may
+-- still read its output, or wait for a retry of it), and so does a batch's
+-- member until its callbacks ended; a workflow's jobs go together
+-- (prune_workflows). Rows without dependents pass both tests on their own
+-- columns.
 DELETE FROM job_queue
 WHERE id IN (
     SELECT id FROM job_queue
     WHERE state = ANY(%(states)s::text[])
       AND finished_at < now() - make_interval(secs => %(older_than_seconds)s)
+      AND workflow_id IS NULL
+      -- A scalar subquery, run for a parent's row only: an EXISTS here
+      -- is planned as a hash of every unended row's parents.
+      AND (NOT has_dependents OR (
+          SELECT c.id FROM job_queue_edges AS e
+          JOIN job_queue AS c ON c.id = e.child_id
+          WHERE e.parent_id = job_queue.id
+            AND c.state NOT IN ('succeeded', 'failed', 'cancelled')
+          LIMIT 1) IS NULL)
     ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+);
+
+-- prune_workflows --
+-- Whole workflows: every job of one ended, the last of them long enough
+-- ago (a failed one as long as failed jobs are kept, and never when
+-- %(failed_older_than_seconds)s is NULL), and no job outside it waiting on
+-- one of its jobs. The workflows' rows go with their jobs.
+WITH gone AS (
+    SELECT w.id FROM job_queue_workflows AS w
+    WHERE w.created_at < now() - make_interval(secs => %(older_than_seconds)s)
+      AND NOT EXISTS (
+          SELECT FROM job_queue AS j
+          WHERE j.workflow_id = w.id
+            AND (j.state NOT IN ('succeeded', 'failed', 'cancelled')
+                 OR (j.state = 'failed' AND %(failed_older_than_seconds)s::float8 IS NULL)
+                 OR j.finished_at >= now() - make_interval(secs => CASE
+                        WHEN j.state = 'failed' THEN coalesce(%(failed_older_than_seconds)s, 0)
+                        ELSE %(older_than_seconds)s END)))
+      AND NOT EXISTS (
+          SELECT FROM job_queue AS j
+          JOIN job_queue_edges AS e ON e.parent_id = j.id
+          JOIN job_queue AS c ON c.id = e.child_id
+          WHERE j.workflow_id = w.id AND j.has_dependents
+            AND c.state NOT IN ('succeeded', 'failed', 'cancelled'))
+    ORDER BY w.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), jobs AS (
+    DELETE FROM job_queue AS j USING gone WHERE j.workflow_id = gone.id RETURNING j.id
+), workflows AS (
+    DELETE FROM job_queue_workflows AS w USING gone WHERE w.id = gone.id
+)
+SELECT count(*) AS deleted FROM jobs;
+
+-- prune_batches --
+-- A sealed batch's row, once its members and callbacks are gone.
+DELETE FROM job_queue_batches
+WHERE id IN (
+    SELECT b.id FROM job_queue_batches AS b
+    WHERE b.sealed_at < now() - make_interval(secs => %(older_than_seconds)s)
+      AND NOT EXISTS (SELECT FROM job_queue AS j WHERE j.batch_id = b.id)
+      AND NOT EXISTS (SELECT FROM job_queue AS j WHERE j.id IN (b.on_success, b.on_complete))
+    ORDER BY b.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 );

@@ -1,11 +1,13 @@
 """The dashboard of `motir-supervisor web`: queues, jobs, one job, running
-jobs and schedules, and the actions retry, cancel, pause and resume.
+jobs, schedules, workflows (each drawn as its graph) and batches, and the
+actions retry (of a job, or of a workflow's step), cancel, pause and resume.
 
 Flask routes and renders (Jinja2 escapes every value a template prints:
 payloads, errors and even kinds are user data); Flask-WTF guards every POST
 with a CSRF token. Logging in is HTTP basic auth against
 MOTIR_WEB_PASSWORD, any user name. The SQL is sql/dashboard.sql's, run
-through :mod:`.reads`; this module holds none, and forks nothing.
+through :mod:`.reads`; a workflow's layout is :mod:`.drawing`'s. This
+module holds no SQL, and forks nothing.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response as BaseResponse
 
 from ... import db
-from .reads import DashboardStore, EndedPerMinute
+from .drawing import NOT_DRAWN, SIBLINGS_KEPT, lay_out_steps
+from .reads import DRAWN_AT_EACH_END, FAILED_LISTED, DashboardStore, EndedPerMinute
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +40,8 @@ REALM = "motir-supervisor"
 STATEMENT_TIMEOUT = "10s"
 #: The largest id a job can have (bigint); a larger one in a URL is no job.
 MAX_ID = 2**63 - 1
+#: What a large workflow's page leaves out, as the page says it.
+WORKFLOW_CAPS = {"ends": DRAWN_AT_EACH_END, "siblings": SIBLINGS_KEPT, "failed": FAILED_LISTED}
 #: On every response, the login's included. The pages run no script and
 #: load only their stylesheet; no other site may frame them (a framed Retry
 #: button can be clicked through from a page of the same site, which
@@ -148,9 +153,7 @@ def create_app(database_url: str, password: str) -> Flask:
                    for name in ("queue", "kind", "state")}
         if filters["state"] is not None and filters["state"] not in db.STATES:
             abort(400, f"state must be one of {', '.join(db.STATES)}")
-        before = request.args.get("before", type=int)
-        if before is not None and not 0 < before <= MAX_ID:
-            abort(400, "before must be a job id")
+        before = _before()
         with lock:
             rows, older = store.jobs(before=before, **filters)
         return render_template("jobs.html", jobs=rows, older=older, before=before,
@@ -164,6 +167,45 @@ def create_app(database_url: str, password: str) -> Flask:
             abort(404, f"no job {job_id}")
         return render_template("job.html", job=row)
 
+    @app.get("/workflows")
+    def workflows() -> str:
+        before = _before()
+        with lock:
+            rows, older = store.workflows(before)
+        return render_template("workflows.html", workflows=rows, older=older, before=before,
+                               states=db.STATES)
+
+    @app.get(f"/workflows/<int(max={MAX_ID}):workflow_id>")
+    def workflow(workflow_id: int) -> str:
+        with lock:
+            row = store.workflow(workflow_id)
+        if row is None:
+            abort(404, f"no workflow {workflow_id}")
+        drawing = lay_out_steps([step["id"] for step in row["steps"] if step["drawn"]],
+                                row["edges"], row["step_count"])
+        drawn = [step for step in row["steps"] if step["id"] in drawing.boxes]
+        not_drawn = row["step_count"] - len(drawn)
+        return render_template("workflow.html", workflow=row, drawn=drawn, drawing=drawing,
+                               not_drawn=not_drawn, not_drawn_key=NOT_DRAWN,
+                               states=db.STATES, caps=WORKFLOW_CAPS)
+
+    @app.get("/batches")
+    def batches() -> str:
+        before = _before()
+        with lock:
+            rows, older = store.batches(before)
+        return render_template("batches.html", batches=rows, older=older, before=before,
+                               states=db.STATES, one=False)
+
+    @app.get(f"/batches/<int(max={MAX_ID}):batch_id>")
+    def batch(batch_id: int) -> str:
+        with lock:
+            rows, _ = store.batches(batch_id=batch_id)
+        if not rows:
+            abort(404, f"no batch {batch_id}")
+        return render_template("batches.html", batches=rows, older=None, before=None,
+                               states=db.STATES, one=True)
+
     @app.get("/running")
     def running() -> str:
         with lock:
@@ -176,25 +218,42 @@ def create_app(database_url: str, password: str) -> Flask:
             rows = store.schedule_rows()
         return render_template("schedules.html", schedules=rows)
 
-    @app.post(f"/jobs/<int(max={MAX_ID}):job_id>/retry")
-    def retry(job_id: int) -> BaseResponse:
+    def retry_and_say(job_id: int) -> tuple[str, str]:
+        """Retry the job; (what happened, "done" or "error")."""
         try:
             with lock:
                 result = store.actions.retry_job(job_id)
         except psycopg2.errors.UniqueViolation:
-            return _back(f"A job with job {job_id}'s unique key was enqueued meanwhile;"
-                         " nothing was retried.", "error", job_id)
+            return (f"A job with job {job_id}'s unique key was enqueued meanwhile;"
+                    " nothing was retried.", "error")
         if result is None:
             abort(404, f"no job {job_id}")
         state, changed, holder = result
         if holder is not None and state in ("failed", "cancelled"):
-            return _back(f"Job {job_id} stays {state}: job {holder} holds its unique key.",
-                         "error", job_id)
+            return f"Job {job_id} stays {state}: job {holder} holds its unique key.", "error"
         if not changed:
-            return _back(f"Job {job_id} is {state}; only failed or cancelled jobs can be"
-                         " retried.", "error", job_id)
-        return _back(f"Job {job_id} was {state}; it is pending again with fresh attempts.",
-                     "done", job_id)
+            return (f"Job {job_id} is {state}; only failed or cancelled jobs can be"
+                    " retried.", "error")
+        return f"Job {job_id} was {state}; it is pending again with fresh attempts.", "done"
+
+    @app.post(f"/jobs/<int(max={MAX_ID}):job_id>/retry")
+    def retry(job_id: int) -> BaseResponse:
+        return _back(*retry_and_say(job_id), job_id)
+
+    @app.post(f"/workflows/<int(max={MAX_ID}):workflow_id>/steps/<int(max={MAX_ID}):job_id>"
+              "/retry")
+    def retry_step(workflow_id: int, job_id: int) -> BaseResponse:
+        """Retry one step; the database brings back the descendants its
+        failure cancelled, and the workflow's page shows them waiting."""
+        with lock:
+            row = store.job(job_id)
+        if row is None or row["workflow_id"] != workflow_id:
+            abort(404, f"no job {job_id} in workflow {workflow_id}")
+        message, category = retry_and_say(job_id)
+        log.info("dashboard: workflow %d, job %d: %s (from %s)", workflow_id, job_id,
+                 message, request.remote_addr)
+        flash(message, category)
+        return redirect(url_for("workflow", workflow_id=workflow_id), 303)
 
     @app.post(f"/jobs/<int(max={MAX_ID}):job_id>/cancel")
     def cancel(job_id: int) -> BaseResponse:
@@ -238,6 +297,14 @@ def _text(value: str | None) -> str:
     if value and "\0" in value:
         abort(400, "text with a NUL character")
     return value or ""
+
+
+def _before() -> int | None:
+    """The id a page of a list starts before, if any."""
+    before = request.args.get("before", type=int)
+    if before is not None and not 0 < before <= MAX_ID:
+        abort(400, "before must be an id")
+    return before
 
 
 def _back(message: str, category: str, job_id: int) -> BaseResponse:

@@ -21,6 +21,16 @@ PAGE_SIZE = 50
 CHART_MINUTES = 15
 #: Running jobs listed at most; a fleet runs fewer.
 RUNNING_SHOWN = 500
+#: Workflows or batches on one page of their lists.
+GROUPS_PAGE_SIZE = 50
+#: A workflow's first and last steps drawn: at most twice this many boxes,
+#: which grandalf lays out in a few tens of milliseconds and a screen can
+#: still show; a larger workflow's other steps are one box that says so.
+DRAWN_AT_EACH_END = 60
+#: Failed steps listed beyond those drawn, each with its retry.
+FAILED_LISTED = 100
+#: A job's parents listed at most (a batch's callback has one per member).
+PARENTS_LISTED = 50
 
 #: A minute's count is kept once the minute is this long over and no
 #: transaction begun before its end is still open: an outcome is stamped with
@@ -99,7 +109,8 @@ class DashboardStore:
         for per_queue in minutes.values():
             for name in per_queue:
                 queues.setdefault(name, {
-                    "queue": name, "due": 0, "scheduled": 0, "running": 0, "failed": 0,
+                    "queue": name, "waiting": 0, "due": 0, "scheduled": 0, "running": 0,
+                    "failed": 0,
                     "cancelled": 0, "oldest_due_seconds": None, "paused": False,
                     "paused_seconds": None})
         for name, queue in queues.items():
@@ -131,7 +142,44 @@ class DashboardStore:
         if not rows:
             return None
         rows[0]["errors"] = self._dicts("dashboard_job_errors", {"id": job_id})
+        rows[0]["parents"] = self._dicts("dashboard_job_parents",
+                                         {"id": job_id, "limit": PARENTS_LISTED})
         return rows[0]
+
+    def workflows(self, before: int | None) -> tuple[list[dict[str, Any]], int | None]:
+        """One page of workflows, newest first, each with "states" ({state:
+        count of its steps}); and the id the next page starts before."""
+        return self._page("dashboard_workflows", {"before": before})
+
+    def workflow(self, workflow_id: int) -> dict[str, Any] | None:
+        """The workflow's row with its steps counted by state; under "steps"
+        those the page shows (see dashboard_workflow_steps), each "drawn" or
+        not; under "edges" (parent id, child id) between the drawn ones,
+        with None for a step of the workflow not drawn. None for an unknown id."""
+        rows = self._dicts("dashboard_workflow", {"id": workflow_id})
+        if not rows:
+            return None
+        workflow = rows[0]
+        workflow["steps"] = self._dicts("dashboard_workflow_steps", {
+            "id": workflow_id, "ends": DRAWN_AT_EACH_END, "failed": FAILED_LISTED})
+        drawn = [step["id"] for step in workflow["steps"] if step["drawn"]]
+        workflow["edges"] = self.session.run("dashboard_workflow_edges", {
+            "ids": drawn, "workflow": workflow_id}).rows
+        return workflow
+
+    def batches(self, before: int | None = None, batch_id: int | None = None,
+                ) -> tuple[list[dict[str, Any]], int | None]:
+        """One page of batches, newest first (or the one ``batch_id``), each
+        with "states" ({state: count of its members}) and its callbacks'
+        states; and the id the next page starts before."""
+        return self._page("dashboard_batches", {"before": before, "id": batch_id})
+
+    def _page(self, name: str, params: dict[str, Any]
+              ) -> tuple[list[dict[str, Any]], int | None]:
+        rows = self._dicts(name, {**params, "limit": GROUPS_PAGE_SIZE + 1})
+        if len(rows) > GROUPS_PAGE_SIZE:
+            return rows[:GROUPS_PAGE_SIZE], rows[GROUPS_PAGE_SIZE - 1]["id"]
+        return rows, None
 
     def running(self) -> list[dict[str, Any]]:
         return self._dicts("dashboard_running", {"limit": RUNNING_SHOWN})

@@ -164,6 +164,17 @@ BEGIN
             USING ERRCODE = 'foreign_key_violation';
     END IF;
 
+    -- The unique index holds pending and running rows: two waiting rows
+    -- with one key could not both be released, and the write that ended
+    -- their parent would fail.
+    SELECT r.id INTO bad FROM inserted_rows AS r
+    WHERE cardinality(r.depends_on) > 0 AND r.unique_key IS NOT NULL
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'job %: a job that waits for others cannot have a unique_key', bad.id
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
     -- In id order, as the completer's writes lock them: no deadlock between
     -- an insert and the write that ends some of its parents.
     PERFORM FROM job_queue
@@ -260,62 +271,6 @@ BEGIN
 END;
 $$;
 
--- A parent ended (how: 'ended failed', 'was deleted', ...): each child
--- counts it, the children it was the last for are released, and, unless it
--- succeeded, the waiting descendants that would not run after a failure
--- are cancelled. Their own ends fire this again one level down, where they
--- count for their children (a 'run' child among them is released) and find
--- nothing more to cancel: the recursion is two deep whatever the graph.
-CREATE FUNCTION job_queue_parent_ended(parent bigint, parent_state text, how text)
-RETURNS void
-LANGUAGE plpgsql AS $$
-DECLARE
-    ready bigint[];
-BEGIN
-    WITH counted AS (
-        UPDATE job_queue_waits AS w
-        SET unended = w.unended - 1
-        FROM job_queue_edges AS e
-        WHERE e.parent_id = parent AND w.job_id = e.child_id
-        RETURNING w.job_id, w.unended
-    )
-    SELECT array_agg(job_id) INTO ready FROM counted WHERE unended = 0;
-    IF ready IS NOT NULL THEN
-        PERFORM job_queue_release(ready, parent_state <> 'succeeded');
-    END IF;
-
-    IF parent_state = 'succeeded' THEN
-        RETURN;
-    END IF;
-    WITH RECURSIVE doomed (id, cause) AS (
-        SELECT c.id, parent
-        FROM job_queue_edges AS e
-        JOIN job_queue AS c ON c.id = e.child_id
-        WHERE e.parent_id = parent AND c.state = 'waiting' AND c.on_parent_failure = 'cancel'
-      UNION
-        SELECT c.id, d.id
-        FROM doomed AS d
-        JOIN job_queue_edges AS e ON e.parent_id = d.id
-        JOIN job_queue AS c ON c.id = e.child_id
-        WHERE c.state = 'waiting' AND c.on_parent_failure = 'cancel'
-    ), first_cause AS (
-        SELECT DISTINCT ON (id) id, cause FROM doomed ORDER BY id, cause
-    ), recorded AS (
-        UPDATE job_queue_waits AS w
-        SET cancelled_by = parent
-        FROM first_cause AS f
-        WHERE w.job_id = f.id
-    )
-    UPDATE job_queue AS c
-    SET state = 'cancelled', finished_at = now(),
-        last_error = CASE WHEN f.cause = parent THEN format('parent job %s %s', parent, how)
-                          ELSE format('parent job %s was cancelled: job %s %s', f.cause, parent, how)
-                     END
-    FROM first_cause AS f
-    WHERE c.id = f.id AND c.state = 'waiting';
-END;
-$$;
-
 -- A parent came back from its end (a retry): each child counts it again,
 -- and the descendants its end cancelled wait again, but for those that
 -- another failed job still holds (which then brings them back instead).
@@ -353,13 +308,86 @@ BEGIN
 END;
 $$;
 
+-- A parent ended (its state entered succeeded, failed or cancelled, or it
+-- was deleted unended, which counts as cancelled): each child counts it,
+-- the children it was the last for are released, and, unless it succeeded,
+-- the waiting descendants that would not run after a failure are
+-- cancelled. Their own ends fire this again one level down, where they
+-- count for their children (a 'run' child among them is released) and find
+-- nothing more to cancel: the recursion is two deep whatever the graph.
+-- A parent that came back from its end is job_queue_parent_revived's. One
+-- function for the update and the delete, so that the common end (a
+-- success) calls nothing more.
 CREATE FUNCTION job_queue_parent_changed() RETURNS trigger
 LANGUAGE plpgsql AS $$
+DECLARE
+    parent bigint;
+    parent_state text;
+    how text;
+    ready bigint[];
 BEGIN
-    IF NEW.state IN ('succeeded', 'failed', 'cancelled') THEN
-        PERFORM job_queue_parent_ended(NEW.id, NEW.state, 'ended ' || NEW.state);
+    IF TG_OP = 'DELETE' THEN
+        parent := OLD.id;
+        IF OLD.has_dependents AND OLD.state NOT IN ('succeeded', 'failed', 'cancelled') THEN
+            parent_state := 'cancelled';
+            how := 'was deleted';
+        END IF;
+    ELSIF NEW.state IN ('succeeded', 'failed', 'cancelled') THEN
+        parent := NEW.id;
+        parent_state := NEW.state;
+        how := 'ended ' || NEW.state;
     ELSE
         PERFORM job_queue_parent_revived(NEW.id);
+        RETURN NULL;
+    END IF;
+
+    IF parent_state IS NOT NULL THEN
+        WITH counted AS (
+            UPDATE job_queue_waits AS w
+            SET unended = w.unended - 1
+            FROM job_queue_edges AS e
+            WHERE e.parent_id = parent AND w.job_id = e.child_id
+            RETURNING w.job_id, w.unended
+        )
+        SELECT array_agg(job_id) INTO ready FROM counted WHERE unended = 0;
+        IF ready IS NOT NULL THEN
+            PERFORM job_queue_release(ready, parent_state <> 'succeeded');
+        END IF;
+
+        IF parent_state <> 'succeeded' THEN
+            WITH RECURSIVE doomed (id, cause) AS (
+                SELECT c.id, parent
+                FROM job_queue_edges AS e
+                JOIN job_queue AS c ON c.id = e.child_id
+                WHERE e.parent_id = parent AND c.state = 'waiting' AND c.on_parent_failure = 'cancel'
+              UNION
+                SELECT c.id, d.id
+                FROM doomed AS d
+                JOIN job_queue_edges AS e ON e.parent_id = d.id
+                JOIN job_queue AS c ON c.id = e.child_id
+                WHERE c.state = 'waiting' AND c.on_parent_failure = 'cancel'
+            ), first_cause AS (
+                SELECT DISTINCT ON (id) id, cause FROM doomed ORDER BY id, cause
+            ), recorded AS (
+                UPDATE job_queue_waits AS w
+                SET cancelled_by = parent
+                FROM first_cause AS f
+                WHERE w.job_id = f.id
+            )
+            UPDATE job_queue AS c
+            SET state = 'cancelled', finished_at = now(),
+                last_error = CASE WHEN f.cause = parent THEN format('parent job %s %s', parent, how)
+                                  ELSE format('parent job %s was cancelled: job %s %s', f.cause, parent, how)
+                             END
+            FROM first_cause AS f
+            WHERE c.id = f.id AND c.state = 'waiting';
+        END IF;
+    END IF;
+
+    IF TG_OP = 'DELETE' THEN
+        DELETE FROM job_queue_edges WHERE parent_id = OLD.id;
+        DELETE FROM job_queue_edges WHERE child_id = OLD.id;
+        DELETE FROM job_queue_waits WHERE job_id = OLD.id;
     END IF;
     RETURN NULL;
 END;
@@ -395,23 +423,10 @@ EXECUTE FUNCTION job_queue_retry_dependent();
 
 -- A deleted row: an unended parent counts as cancelled; its edges and its
 -- count go with it.
-CREATE FUNCTION job_queue_dependent_deleted() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    IF OLD.has_dependents AND OLD.state NOT IN ('succeeded', 'failed', 'cancelled') THEN
-        PERFORM job_queue_parent_ended(OLD.id, 'cancelled', 'was deleted');
-    END IF;
-    DELETE FROM job_queue_edges WHERE parent_id = OLD.id;
-    DELETE FROM job_queue_edges WHERE child_id = OLD.id;
-    DELETE FROM job_queue_waits WHERE job_id = OLD.id;
-    RETURN NULL;
-END;
-$$;
-
 CREATE TRIGGER job_queue_dependent_deleted AFTER DELETE ON job_queue
 FOR EACH ROW
 WHEN (OLD.has_dependents OR OLD.depends_on IS NOT NULL OR OLD.state = 'waiting')
-EXECUTE FUNCTION job_queue_dependent_deleted();
+EXECUTE FUNCTION job_queue_parent_changed();
 
 -- Rows from JSON, for workflows and batches from any client (psql, Prisma's
 -- $queryRaw): an array of {ref?, kind, payload?, after?: [refs of steps

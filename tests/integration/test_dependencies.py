@@ -1,0 +1,363 @@
+"""Jobs that wait for jobs, in the database alone (migrations/0019): the
+release in the transaction that ends the last parent, under interleavings
+forced one statement at a time, the failure policies, retries, deletes,
+workflows and batches from SQL, and retention."""
+
+import threading
+
+import psycopg2
+import pytest
+
+from motir_supervisor import db
+from testbed.sql import Sql
+
+ENDED = "state = %s, finished_at = now(), locked_by = NULL, lease_expires_at = NULL"
+
+
+def insert(sql, kind="k", depends_on=None, **columns):
+    names = ["kind", "depends_on", *columns]
+    return sql.value(f"INSERT INTO job_queue ({', '.join(names)})"
+                     f" VALUES ({', '.join(['%s'] * len(names))}) RETURNING id",
+                     (kind, depends_on, *columns.values()))
+
+
+def state(sql, job_id):
+    return sql.value("SELECT state FROM job_queue WHERE id = %s", (job_id,))
+
+
+def states(sql, ids):
+    return [state(sql, i) for i in ids]
+
+
+def end(sql, job_id, how="succeeded"):
+    sql.rows(f"UPDATE job_queue SET {ENDED} WHERE id = %s", (how, job_id))
+
+
+def in_transaction(url):
+    conn = psycopg2.connect(url)
+    return conn, conn.cursor()
+
+
+def test_a_chain_waits_and_each_end_releases_the_next(sql, store):
+    a = insert(sql)
+    b = insert(sql, depends_on=[a])
+    c = insert(sql, depends_on=[b])
+    assert states(sql, [a, b, c]) == ["pending", "waiting", "waiting"]
+    claimed = [job.id for job in store.claim_due_jobs("w", 10, 30, None)[0]]
+    assert claimed == [a]  # a waiting row is never claimed
+    end(sql, a)
+    assert states(sql, [b, c]) == ["pending", "waiting"]
+    end(sql, b)
+    assert state(sql, c) == "pending"
+
+
+def test_a_child_of_ended_parents_is_inserted_released(sql):
+    a = insert(sql)
+    end(sql, a)
+    child = insert(sql, depends_on=[a])
+    assert state(sql, child) == "pending"
+
+
+def _end_in_thread(url, job_id, how="succeeded"):
+    conn, cur = in_transaction(url)
+    done = threading.Event()
+
+    def run():
+        cur.execute(f"UPDATE job_queue SET {ENDED} WHERE id = %s", (how, job_id))
+        done.set()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return conn, thread, done
+
+
+def test_parents_ending_together_release_their_child_once(database_url, sql):
+    # Two transactions end the two parents; neither has committed when the
+    # second writes. The count's row lock makes the second wait for the
+    # first's commit and count from it, so it sees zero and releases.
+    for _ in range(3):
+        a, b = insert(sql), insert(sql)
+        child = insert(sql, depends_on=[a, b])
+        first, cur = in_transaction(database_url)
+        cur.execute(f"UPDATE job_queue SET {ENDED} WHERE id = %s", ("succeeded", a))
+        second, thread, done = _end_in_thread(database_url, b)
+        assert not done.wait(0.3), "the second end did not wait for the first's count"
+        first.commit()
+        thread.join(10)
+        assert done.is_set()
+        second.commit()
+        first.close()
+        second.close()
+        assert state(sql, child) == "pending"
+        assert sql.value("SELECT unended FROM job_queue_waits WHERE job_id = %s", (child,)) == 0
+
+
+NAIVE_RELEASE = """
+UPDATE job_queue AS c SET state = 'pending'
+WHERE c.id = %s AND c.state = 'waiting'
+  AND NOT EXISTS (SELECT FROM job_queue AS p WHERE p.id = ANY(c.depends_on)
+                  AND p.state NOT IN ('succeeded', 'failed', 'cancelled'))"""
+
+
+def test_the_naive_release_strands_a_child_the_same_interleaving_releases(database_url, sql):
+    # The negative control: each parent's transaction checks its child's
+    # other parents itself. Both check before either commits, each sees the
+    # other running, and nobody releases the child.
+    sql.rows("ALTER TABLE job_queue DISABLE TRIGGER job_queue_parent_changed")
+    a, b = insert(sql), insert(sql)
+    child = insert(sql, depends_on=[a, b])
+    first, one = in_transaction(database_url)
+    second, two = in_transaction(database_url)
+    one.execute(f"UPDATE job_queue SET {ENDED} WHERE id = %s", ("succeeded", a))
+    two.execute(f"UPDATE job_queue SET {ENDED} WHERE id = %s", ("succeeded", b))
+    one.execute(NAIVE_RELEASE, (child,))
+    two.execute(NAIVE_RELEASE, (child,))
+    first.commit()
+    second.commit()
+    first.close()
+    second.close()
+    assert states(sql, [a, b]) == ["succeeded", "succeeded"]
+    assert state(sql, child) == "waiting"  # stranded for ever
+
+
+def test_a_child_inserted_while_its_parent_ends_is_released_either_way(database_url, sql):
+    # The insert first: the parent's end waits for it, then finds the edge.
+    parent = insert(sql)
+    inserting, cur = in_transaction(database_url)
+    cur.execute("INSERT INTO job_queue (kind, depends_on) VALUES ('k', %s) RETURNING id",
+                ([parent],))
+    child = cur.fetchone()[0]
+    ending, thread, done = _end_in_thread(database_url, parent)
+    assert not done.wait(0.3), "the end did not wait for the insert that names its job"
+    inserting.commit()
+    thread.join(10)
+    ending.commit()
+    assert state(sql, child) == "pending"
+    # The end first: the insert waits for it, then counts the parent ended.
+    parent = insert(sql)
+    ending, cur = in_transaction(database_url)
+    cur.execute(f"UPDATE job_queue SET {ENDED} WHERE id = %s", ("succeeded", parent))
+    inserting, insert_cursor = in_transaction(database_url)
+    thread = threading.Thread(target=insert_cursor.execute, args=(
+        "INSERT INTO job_queue (kind, depends_on) VALUES ('k', %s) RETURNING id", ([parent],)))
+    thread.start()
+    thread.join(0.3)
+    assert thread.is_alive(), "the insert did not wait for the end of its parent"
+    ending.commit()
+    thread.join(10)
+    child = insert_cursor.fetchone()[0]
+    inserting.commit()
+    assert state(sql, child) == "pending"
+    for conn in (ending, inserting):
+        conn.close()
+
+
+def test_a_failure_cancels_the_waiting_descendants_and_runs_the_clean_up(sql):
+    a = insert(sql)
+    b = insert(sql, depends_on=[a])
+    c = insert(sql, depends_on=[b])
+    clean_up = insert(sql, depends_on=[b], on_parent_failure="run")
+    end(sql, a, "failed")
+    assert states(sql, [b, c, clean_up]) == ["cancelled", "cancelled", "pending"]
+    assert sql.value("SELECT last_error FROM job_queue WHERE id = %s", (b,)) == \
+        f"parent job {a} ended failed"
+    assert sql.value("SELECT last_error FROM job_queue WHERE id = %s", (c,)) == \
+        f"parent job {b} was cancelled: job {a} ended failed"
+
+
+def test_a_retried_parent_brings_back_what_its_failure_cancelled(sql, store):
+    a, other = insert(sql), insert(sql)
+    b = insert(sql, depends_on=[a])
+    c = insert(sql, depends_on=[b, other])
+    end(sql, a, "failed")
+    end(sql, other, "failed")
+    assert states(sql, [b, c]) == ["cancelled", "cancelled"]
+    assert store.retry_job(a).changed
+    # c still has a failed parent of its own: it stays cancelled until that
+    # one is retried too.
+    assert states(sql, [a, b, c]) == ["pending", "waiting", "cancelled"]
+    assert store.retry_job(other).changed
+    assert states(sql, [b, c]) == ["waiting", "waiting"]
+    end(sql, a)
+    end(sql, other)
+    assert states(sql, [b, c]) == ["pending", "waiting"]
+    end(sql, b)
+    assert state(sql, c) == "pending"
+
+
+def test_a_cancelled_child_retried_by_hand_waits_for_its_parent(sql, store):
+    a = insert(sql)
+    b = insert(sql, depends_on=[a])
+    c = insert(sql, depends_on=[b])
+    end(sql, b, "cancelled")  # by hand, while a still runs
+    assert state(sql, c) == "cancelled"
+    assert store.retry_job(b).changed
+    assert states(sql, [b, c]) == ["waiting", "waiting"]
+
+
+def test_a_deep_chain_is_cancelled_and_brought_back_in_one_statement_each(sql, store):
+    # However deep the graph, the triggers nest two levels: a 1,000-step
+    # chain would overflow the server's stack one level per step.
+    ids = [row[0] for row in sql.rows(
+        "SELECT job_id FROM job_queue_workflow('chain', (SELECT jsonb_agg(jsonb_build_object("
+        "'ref', 's' || n, 'kind', 'k', 'after', CASE WHEN n > 1 THEN jsonb_build_array("
+        "'s' || (n - 1)) ELSE '[]' END) ORDER BY n) FROM generate_series(1, 1000) AS n))")]
+    end(sql, ids[0], "failed")
+    assert sql.value("SELECT count(*) FROM job_queue WHERE state = 'cancelled'") == 999
+    assert store.retry_job(ids[0]).changed
+    assert sql.value("SELECT count(*) FROM job_queue WHERE state = 'waiting'") == 999
+
+
+def test_cancelling_or_deleting_an_unended_parent_ends_its_children(sql, store):
+    a, b = insert(sql), insert(sql)
+    child_a = insert(sql, depends_on=[a])
+    child_b = insert(sql, depends_on=[b], on_parent_failure="run")
+    assert store.cancel_job(a).changed
+    sql.rows("DELETE FROM job_queue WHERE id = %s", (b,))
+    assert states(sql, [child_a, child_b]) == ["cancelled", "pending"]
+    assert sql.value("SELECT last_error FROM job_queue WHERE id = %s", (child_a,)) == \
+        f"parent job {a} ended cancelled"
+    assert sql.value("SELECT count(*) FROM job_queue_edges WHERE parent_id = %s", (b,)) == 0
+
+
+@pytest.mark.parametrize("depends_on, message", [
+    ([999999], "depends_on names job 999999, which does not exist"),
+    ([None], "which is NULL"),
+])
+def test_a_bad_dependency_is_one_line_and_inserts_nothing(sql, depends_on, message):
+    with pytest.raises(psycopg2.Error) as raised:
+        insert(sql, depends_on=depends_on)
+    assert message in str(raised.value).splitlines()[0]
+    assert sql.value("SELECT count(*) FROM job_queue") == 0
+
+
+def test_a_waiting_job_cannot_hold_a_unique_key(sql):
+    # Two of them could not both be released into the unique index.
+    parent = insert(sql)
+    message = "cannot have a unique_key"
+    with pytest.raises(psycopg2.Error) as raised:
+        insert(sql, depends_on=[parent], unique_key="once")
+    assert message in str(raised.value).splitlines()[0]
+    assert sql.value("SELECT count(*) FROM job_queue") == 1
+
+
+@pytest.mark.parametrize("steps, message", [
+    ('[{"ref": "a", "kind": "k", "after": ["b"]}, {"ref": "b", "kind": "k", "after": ["a"]}]',
+     'step "a": after names "b", which is not listed before it'),
+    ('[{"ref": "a", "kind": "k", "after": ["zz"]}]', 'after names "zz", which is no step of it'),
+    ('[{"ref": "a", "kind": "k"}, {"ref": "a", "kind": "k"}]', 'step "a": two steps have this ref'),
+    ('[{"ref": "a", "kind": "k", "afer": ["b"]}]', 'step 1: has an unknown field "afer"'),
+    ('[{"ref": "a"}]', "step 1: has no kind"),
+    ('{"ref": "a"}', "steps must be a JSON array of objects, not object"),
+])
+def test_a_bad_workflow_is_one_line_and_inserts_nothing(sql, steps, message):
+    with pytest.raises(psycopg2.Error) as raised:
+        sql.rows("SELECT * FROM job_queue_workflow('w', %s)", (steps,))
+    assert message in str(raised.value).splitlines()[0]
+    assert sql.value("SELECT count(*) FROM job_queue") == 0
+    assert sql.value("SELECT count(*) FROM job_queue_workflows") == 0
+
+
+def test_a_workflow_from_sql_is_a_diamond_with_named_steps(sql):
+    rows = sql.rows(
+        "SELECT ref, job_id FROM job_queue_workflow('index_repo', '["
+        '{"ref": "fetch", "kind": "fetch", "payload": {"repo": 7}},'
+        '{"ref": "left", "kind": "embed", "after": ["fetch"]},'
+        '{"ref": "right", "kind": "embed", "after": ["fetch"]},'
+        '{"ref": "publish", "kind": "publish", "after": ["left", "right"]}]\')')
+    ids = dict(rows)
+    assert sql.rows("SELECT step, depends_on, state FROM job_queue ORDER BY id") == [
+        ("fetch", None, "pending"), ("left", [ids["fetch"]], "waiting"),
+        ("right", [ids["fetch"]], "waiting"), ("publish", [ids["left"], ids["right"]], "waiting")]
+    end(sql, ids["fetch"])
+    end(sql, ids["left"])
+    assert state(sql, ids["publish"]) == "waiting"
+    end(sql, ids["right"])
+    assert state(sql, ids["publish"]) == "pending"
+
+
+def callbacks(sql, batch):
+    return sql.rows("SELECT on_success, on_complete FROM job_queue_batches WHERE id = %s",
+                    (batch,))[0]
+
+
+def test_a_batch_of_one_and_an_empty_batch_complete(sql):
+    batch = sql.value("SELECT job_queue_batch('one', '[{\"kind\": \"m\"}]',"
+                      " '{\"kind\": \"ok\"}', '{\"kind\": \"done\"}')")
+    on_success, on_complete = callbacks(sql, batch)
+    assert states(sql, [on_success, on_complete]) == ["waiting", "waiting"]
+    member = sql.value("SELECT id FROM job_queue WHERE batch_id = %s", (batch,))
+    end(sql, member)
+    assert states(sql, [on_success, on_complete]) == ["pending", "pending"]
+    empty = sql.value("SELECT job_queue_batch('none', '[]', '{\"kind\": \"ok\"}', NULL)")
+    assert state(sql, callbacks(sql, empty)[0]) == "pending"
+
+
+def test_a_batch_counts_its_members_until_sealed_and_a_retried_member(sql, store):
+    batch = sql.value("SELECT job_queue_batch_open('b', '{\"kind\": \"ok\"}',"
+                      " '{\"kind\": \"done\"}')")
+    on_success, on_complete = callbacks(sql, batch)
+    first = insert(sql, "m", batch_id=batch)
+    end(sql, first, "failed")
+    second = insert(sql, "m", batch_id=batch)
+    end(sql, second)
+    assert states(sql, [on_success, on_complete]) == ["cancelled", "waiting"]  # not sealed
+    sql.rows("SELECT job_queue_batch_seal(%s)", (batch,))
+    assert state(sql, on_complete) == "pending"
+    with pytest.raises(psycopg2.Error, match="is sealed: no member can be added"):
+        insert(sql, "m", batch_id=batch)
+    # The failed member retried, and then succeeding, lets on_success run.
+    assert store.retry_job(first).changed
+    assert state(sql, on_success) == "waiting"
+    end(sql, first)
+    assert state(sql, on_success) == "pending"
+
+
+def test_rows_without_dependencies_fire_none_of_it(database_url, sql):
+    conn = Sql(database_url)
+    conn.rows("SET track_functions = 'pl'")
+    ids = [insert(conn) for _ in range(5)]
+    for job_id in ids:
+        end(conn, job_id)
+    called = conn.value("SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions"
+                        " WHERE funcname LIKE 'job_queue_parent%%'"
+                        " OR funcname IN ('job_queue_mark_dependent', 'job_queue_release')")
+    conn.close()
+    assert called == 0
+    assert sql.value("SELECT count(*) FROM job_queue WHERE has_dependents") == 0
+
+
+def test_retention_keeps_what_a_waiting_job_needs_and_a_workflow_whole(sql, store):
+    parent = insert(sql)
+    child = insert(sql, depends_on=[parent])
+    lone = insert(sql)
+    wf = dict(sql.rows("SELECT ref, job_id FROM job_queue_workflow('w', '["
+                       '{"ref": "a", "kind": "k"}, {"ref": "b", "kind": "k", "after": ["a"]}]\')'))
+    for job_id in (parent, lone, wf["a"]):
+        end(sql, job_id)
+    sql.rows("UPDATE job_queue SET state = 'running', locked_by = 'w',"
+             " lease_expires_at = now() + interval '1 minute' WHERE id = %s", (child,))
+    sql.rows("UPDATE job_queue SET finished_at = now() - interval '2 days'"
+             " WHERE finished_at IS NOT NULL")
+    sql.rows("UPDATE job_queue_workflows SET created_at = now() - interval '2 days'")
+    assert store.prune_finished(["succeeded", "cancelled"], 3600) == 1  # the lone job only
+    assert store.prune_workflows(3600, None) == 0  # its step b has not ended
+    end(sql, wf["b"])
+    end(sql, child)
+    sql.rows("UPDATE job_queue SET finished_at = now() - interval '2 days'")
+    assert store.prune_workflows(3600, None) == 2
+    assert store.prune_finished(["succeeded", "cancelled"], 3600) == 2
+    assert sql.value("SELECT count(*) FROM job_queue") == 0
+    assert sql.value("SELECT count(*) FROM job_queue_workflows") == 0
+    assert sql.value("SELECT count(*) FROM job_queue_edges") == 0
+
+
+def test_the_queue_status_counts_waiting_jobs(sql):
+    parent = insert(sql)
+    insert(sql, depends_on=[parent])
+    ops = db.JobStore(sql.conn.dsn)
+    try:
+        counts = {state: jobs for _queue, state, jobs in ops.queue_status()["counts"]}
+    finally:
+        ops.close()
+    assert counts == {"pending": 1, "waiting": 1}
