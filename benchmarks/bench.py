@@ -26,6 +26,8 @@ measures, in this order:
   jobs without, IO-bound jobs limited per key, and a rate-limited backlog;
 - the dashboard (benchmarks/dashboard_pages.py): each page's time on a
   table of a million finished jobs;
+- workflows (benchmarks/workflows.py): a chain of steps each waiting for
+  the one before, and a fan-out then fan-in beside as many independent jobs;
 - with ``--peers``, the peer job runners on the same jobs with the same
   parallelism, each in its own database of the same server (see
   benchmarks/peers: they are installed apart from the project and only called).
@@ -53,7 +55,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from benchmarks import dashboard_pages, flow, idle, io_bound, job_model, latency, throughput
+from benchmarks import (dashboard_pages, flow, idle, io_bound, job_model, latency, throughput,
+                        workflows)
 from benchmarks.dashboard_pages import DashboardRun
 from benchmarks.flow import FlowRun
 from benchmarks.idle import IdleCost
@@ -63,6 +66,7 @@ from benchmarks.latency import HandlerLatency
 from benchmarks.peers import PeerRun
 from benchmarks.support import FLEET_WORKERS, SECTIONS, SMOKE, Bench, BenchError, Settings, progress
 from benchmarks.throughput import PgbenchLoop, ThroughputRun
+from benchmarks.workflows import WorkflowRun
 from testbed.pgserver import ThrowawayPostgres
 
 DEFAULT_JSON = Path(".bench/results.json")
@@ -107,6 +111,8 @@ class BenchResults:
     flow: FlowRun | None = None
     #: The dashboard's pages on a big table.
     dashboard: DashboardRun | None = None
+    #: Chains and fan-outs of jobs that wait for other jobs.
+    workflows: WorkflowRun | None = None
 
     def as_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -164,12 +170,13 @@ def measure_everything(bench: Bench) -> BenchResults:
     model = job_model.measure_job_model(bench) if "model" in only else None
     flow_run = flow.measure_flow(bench) if "flow" in only else None
     dashboard = dashboard_pages.measure_dashboard(bench) if "dashboard" in only else None
+    workflow_run = workflows.measure_workflows(bench) if "workflows" in only else None
     return BenchResults(
         measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         settings=bench.settings, machine=machine, pgbench=pgbench, throughput=runs,
         bloated=bloated, latency=handler_latency, io_bound=io_runs, io_peers=io_peers,
         idle=idle_cost, peers=throughput.measure_peers(bench) if "throughput" in only else None,
-        job_model=model, flow=flow_run, dashboard=dashboard)
+        job_model=model, flow=flow_run, dashboard=dashboard, workflows=workflow_run)
 
 
 # -- the report -------------------------------------------------------------------
@@ -194,6 +201,8 @@ def format_report(results: BenchResults) -> str:
         lines += ["", *flow.format_flow(results.flow)]
     if results.dashboard:
         lines += ["", *dashboard_pages.format_dashboard(results.dashboard)]
+    if results.workflows:
+        lines += ["", *workflows.format_workflows(results.workflows)]
     if results.io_bound or results.io_peers:
         lines += ["", *io_bound.format_io(results.io_bound, results.io_peers)]
     if results.idle:
@@ -269,6 +278,10 @@ def parse_arguments(argv: Sequence[str] | None) -> tuple[Settings, Path]:
                              f" [{','.join(map(str, defaults.io_slots))}]")
     parser.add_argument("--rate-windows", type=int,
                         help=f"windows of the rate-limited backlog [{defaults.rate_windows}]")
+    parser.add_argument("--chain-steps", type=int,
+                        help=f"steps of the workflows' chain [{defaults.chain_steps}]")
+    parser.add_argument("--fan-out-children", type=int,
+                        help=f"children of the workflows' fan-out [{defaults.fan_out_children}]")
     parser.add_argument("--only", type=parse_sections,
                         help=f"measure only these sections [{','.join(SECTIONS)}]")
     parser.add_argument("--run-options", type=shlex.split,
@@ -283,9 +296,10 @@ def parse_arguments(argv: Sequence[str] | None) -> tuple[Settings, Path]:
               if getattr(args, field.name) is not None}
     settings = dataclasses.replace(SMOKE if args.smoke else defaults, **chosen)
     if (settings.jobs < 1 or settings.latency_samples < 1 or settings.latency_rounds < 1
-            or settings.bloat_rows < 0):
-        parser.error("--jobs, --latency-samples and --latency-rounds must be positive,"
-                     " --bloat-rows not negative")
+            or settings.bloat_rows < 0 or settings.chain_steps < 2
+            or settings.fan_out_children < 1):
+        parser.error("--jobs, --latency-samples, --latency-rounds and --fan-out-children must"
+                     " be positive, --chain-steps at least 2, --bloat-rows not negative")
     return settings, args.json
 
 
@@ -295,9 +309,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # pytest-postgresql starts the server with -F (fsync off) whatever we
         # pass; a later -c wins, and everything else stays at its default.
+        # Commit timestamps say when a job's end became visible, which is
+        # where the workflows section times a release from.
         with ThrowawayPostgres(
                 postgres_options=f"-c fsync=on -c max_connections={MAX_CONNECTIONS}"
-                                 " -c shared_preload_libraries=pg_stat_statements") as pg:
+                                 " -c shared_preload_libraries=pg_stat_statements"
+                                 " -c track_commit_timestamp=on") as pg:
             bench = Bench(pg, settings)
             try:
                 results = measure_everything(bench)

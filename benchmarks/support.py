@@ -3,7 +3,7 @@ server's migrated database, the supervisor fleets started on it as an
 operator starts them, and the waits that time them.
 
 The sections (throughput, latency, io_bound, idle, job_model, flow,
-dashboard_pages) import this module; the harness (bench.py) imports them
+dashboard_pages, workflows) import this module; the harness (bench.py) imports them
 and this. Nothing here imports a section or the harness.
 """
 
@@ -66,7 +66,7 @@ SELECT (SELECT 1 FROM job_queue WHERE state = 'pending' AND NOT limited
 """
 
 
-SECTIONS = ("throughput", "latency", "io", "idle", "model", "flow", "dashboard")
+SECTIONS = ("throughput", "latency", "io", "idle", "model", "flow", "dashboard", "workflows")
 
 
 class BenchError(RuntimeError):
@@ -102,6 +102,10 @@ class Settings:
     io_slots: tuple[int, ...] = (4, 32, 128)
     #: Windows of the rate-limited backlog (benchmarks/flow.py).
     rate_windows: int = 5
+    #: Steps of the workflows section's chain, and children of its fan-out
+    #: (benchmarks/workflows.py).
+    chain_steps: int = 1_000
+    fan_out_children: int = 10_000
     #: Extra options given to every `motir-supervisor run`, to compare settings.
     run_options: tuple[str, ...] = ()
     #: The sections measured (pgbench's loop always is: every ratio needs it).
@@ -112,7 +116,8 @@ class Settings:
 
 SMOKE = Settings(jobs=300, workers_list=(1, 2), latency_samples=30, latency_rounds=1,
                  bloat_rows=10_000, idle_seconds=0.5, idle_settle_seconds=0.25,
-                 idle_burst_jobs=100, io_jobs=40, io_slots=(4,), rate_windows=2)
+                 idle_burst_jobs=100, io_jobs=40, io_slots=(4,), rate_windows=2,
+                 chain_steps=20, fan_out_children=100)
 
 
 # -- the supervisor under test -------------------------------------------------

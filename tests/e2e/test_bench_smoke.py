@@ -61,4 +61,15 @@ def test_the_smoke_benchmark_reports_every_figure(tmp_path):
     for page in dashboard["pages"]:
         assert 0 < page["median_ms"] <= page["max_ms"], page
     assert "dashboard: each page" in done.stdout
+    workflows = results["workflows"]
+    assert workflows["chain_steps"] == results["settings"]["chain_steps"] > 1
+    assert workflows["fan_out_children"] == results["settings"]["fan_out_children"] > 0
+    assert (len(workflows["chain_seconds"]) == len(workflows["fan_out_seconds"])
+            == len(workflows["independent_seconds"]) >= 2)
+    # No step is claimed before the parent it waits for has ended.
+    assert 0 < workflows["release_p50_ms"] <= workflows["hop_p50_ms"], workflows
+    assert workflows["hop_p50_ms"] <= workflows["hop_p95_ms"] <= workflows["hop_max_ms"]
+    assert min(workflows["fan_in_claim_ms"]) > 0 and min(workflows["fan_in_start_ms"]) > 0
+    assert min(workflows["chain_seconds"]) > 0 and workflows["fan_out_ratio"] > 0
+    assert "workflows: each inserted by one job_queue_workflow call" in done.stdout
     assert results["peers"] is None
