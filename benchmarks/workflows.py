@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from benchmarks.latency import percentile
 from benchmarks.support import FLEET_WORKERS, Bench
@@ -111,6 +111,20 @@ class WorkflowRun:
     fan_out_insert_seconds: tuple[float, ...]
 
 
+class ChainRound(NamedTuple):
+    seconds: float
+    mean_hop_ms: float
+    insert_seconds: float
+
+
+class FanOutRound(NamedTuple):
+    seconds: float
+    fan_in_start_ms: float
+    fan_in_claim_ms: float
+    fan_in_after_write_ms: float
+    insert_seconds: float
+
+
 def _prepare(bench: Bench, insert: str, params: dict[str, int]) -> float:
     """Empty tables, then one insert; the seconds it took. The tables are
     then vacuumed and checkpointed as before every timed run."""
@@ -130,9 +144,9 @@ def _run_to_empty(bench: Bench, label: str, jobs: int) -> float:
     return seconds
 
 
-def _chain(bench: Bench, hops: list[float], releases: list[float]) -> tuple[float, float, float]:
-    """One chain: its seconds, its mean hop in ms and its insert's seconds;
-    each hop's claim-to-claim and end-to-claim go to ``hops`` and ``releases``."""
+def _chain(bench: Bench, hops: list[float], releases: list[float]) -> ChainRound:
+    """One chain; each hop's claim-to-claim and end-to-claim (ms) go to
+    ``hops`` and ``releases``."""
     steps = bench.settings.chain_steps
     inserted = _prepare(bench, INSERT_CHAIN, {"steps": steps})
     _run_to_empty(bench, "workflows-chain", steps)
@@ -142,18 +156,15 @@ def _chain(bench: Bench, hops: list[float], releases: list[float]) -> tuple[floa
         hops.append((next_claimed - claimed).total_seconds() * 1000)
         releases.append((next_claimed - ended).total_seconds() * 1000)
     mean_hop = (last[2] - first[2]).total_seconds() * 1000 / max(1, steps - 1)
-    return (last[1] - first[2]).total_seconds(), mean_hop, inserted
+    return ChainRound((last[1] - first[2]).total_seconds(), mean_hop, inserted)
 
 
-def _fan_out(bench: Bench) -> tuple[float, float, float, float, float]:
-    """One fan-out and fan-in: the whole run's seconds, the fan-in step's
-    start and claim after the last child's end and its start after their
-    last write (ms), the insert's seconds."""
+def _fan_out(bench: Bench) -> FanOutRound:
     children = bench.settings.fan_out_children
     inserted = _prepare(bench, INSERT_FAN_OUT, {"children": children})
     seconds = _run_to_empty(bench, "workflows-fan-out", children + 2)
     start_ms, claim_ms, after_write_ms = bench.sql.rows(FAN_IN)[0]
-    return seconds, float(start_ms), float(claim_ms), float(after_write_ms), inserted
+    return FanOutRound(seconds, float(start_ms), float(claim_ms), float(after_write_ms), inserted)
 
 
 def _independent(bench: Bench) -> float:
@@ -168,7 +179,9 @@ def measure_workflows(bench: Bench) -> WorkflowRun:
     steps, children = bench.settings.chain_steps, bench.settings.fan_out_children
     hops: list[float] = []
     releases: list[float] = []
-    chains, fan_outs, independents = [], [], []
+    chains: list[ChainRound] = []
+    fan_outs: list[FanOutRound] = []
+    independents: list[float] = []
     for number in range(ROUNDS):
         bench.progress(f"workflows, round {number + 1} of {ROUNDS}: a chain of {steps} steps,"
                        f" a fan-out and fan-in of {children} and {children} independent jobs,"
@@ -177,23 +190,23 @@ def measure_workflows(bench: Bench) -> WorkflowRun:
         fan_outs.append(_fan_out(bench))
         independents.append(_independent(bench))
     ordered = sorted(hops)
-    fan_out_seconds = [run[0] for run in fan_outs]
+    fan_out_seconds = [run.seconds for run in fan_outs]
     return WorkflowRun(
         workers=FLEET_WORKERS, chain_steps=steps,
-        chain_seconds=tuple(round(run[0], 3) for run in chains),
-        chain_hop_ms=tuple(round(run[1], 2) for run in chains),
+        chain_seconds=tuple(round(run.seconds, 3) for run in chains),
+        chain_hop_ms=tuple(round(run.mean_hop_ms, 2) for run in chains),
         hop_p50_ms=round(percentile(ordered, 0.5), 2),
         hop_p95_ms=round(percentile(ordered, 0.95), 2), hop_max_ms=round(ordered[-1], 2),
         release_p50_ms=round(statistics.median(releases), 2),
         fan_out_children=children,
-        fan_in_start_ms=tuple(round(run[1], 2) for run in fan_outs),
-        fan_in_claim_ms=tuple(round(run[2], 2) for run in fan_outs),
-        fan_in_after_write_ms=tuple(round(run[3], 2) for run in fan_outs),
+        fan_in_start_ms=tuple(round(run.fan_in_start_ms, 2) for run in fan_outs),
+        fan_in_claim_ms=tuple(round(run.fan_in_claim_ms, 2) for run in fan_outs),
+        fan_in_after_write_ms=tuple(round(run.fan_in_after_write_ms, 2) for run in fan_outs),
         fan_out_seconds=tuple(round(s, 3) for s in fan_out_seconds),
         independent_seconds=tuple(round(s, 3) for s in independents),
         fan_out_ratio=round(statistics.mean(fan_out_seconds) / statistics.mean(independents), 3),
-        chain_insert_seconds=tuple(round(run[2], 3) for run in chains),
-        fan_out_insert_seconds=tuple(round(run[4], 3) for run in fan_outs))
+        chain_insert_seconds=tuple(round(run.insert_seconds, 3) for run in chains),
+        fan_out_insert_seconds=tuple(round(run.insert_seconds, 3) for run in fan_outs))
 
 
 def _row(name: str, value: float, unit: str, each: Sequence[float] = ()) -> str:
