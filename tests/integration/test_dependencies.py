@@ -11,32 +11,7 @@ import pytest
 from motir_supervisor import db
 from testbed.polling import wait_until
 from testbed.sql import Sql
-
-ENDED = "state = %s, finished_at = now(), locked_by = NULL, lease_expires_at = NULL"
-
-
-def insert(sql, kind="k", depends_on=None, **columns):
-    names = ["kind", "depends_on", *columns]
-    return sql.value(f"INSERT INTO job_queue ({', '.join(names)})"
-                     f" VALUES ({', '.join(['%s'] * len(names))}) RETURNING id",
-                     (kind, depends_on, *columns.values()))
-
-
-def state(sql, job_id):
-    return sql.value("SELECT state FROM job_queue WHERE id = %s", (job_id,))
-
-
-def states(sql, ids):
-    return [state(sql, i) for i in ids]
-
-
-def end(sql, job_id, how="succeeded"):
-    sql.rows(f"UPDATE job_queue SET {ENDED} WHERE id = %s", (how, job_id))
-
-
-def in_transaction(url):
-    conn = psycopg2.connect(url)
-    return conn, conn.cursor()
+from tests.dependencies import ENDED, end, in_transaction, insert, state, states
 
 
 def test_a_chain_waits_and_each_end_releases_the_next(sql, store):

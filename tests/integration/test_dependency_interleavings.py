@@ -10,15 +10,7 @@ import psycopg2
 import pytest
 
 from testbed.polling import wait_until
-
-ENDED = "state = 'succeeded', finished_at = now(), locked_by = NULL, lease_expires_at = NULL"
-
-
-def insert(sql, depends_on=None, **columns):
-    names = ["kind", "depends_on", *columns]
-    return sql.value(f"INSERT INTO job_queue ({', '.join(names)})"
-                     f" VALUES ({', '.join(['%s'] * len(names))}) RETURNING id",
-                     ("k", depends_on, *columns.values()))
+from tests.dependencies import ENDED, insert
 
 
 def waiting_on_a_lock(sql):
@@ -81,7 +73,8 @@ def test_two_writes_ending_parents_whose_children_cross_do_not_deadlock(database
         def end_and_commit(conn, half):
             start.wait()
             try:
-                conn.cursor().execute(f"UPDATE job_queue SET {ENDED} WHERE id = ANY(%s)", (half,))
+                conn.cursor().execute(f"UPDATE job_queue SET {ENDED} WHERE id = ANY(%s)",
+                                      ("succeeded", half))
                 conn.commit()
             except psycopg2.Error as error:
                 failures.append(error.pgcode)

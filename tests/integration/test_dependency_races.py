@@ -13,34 +13,9 @@ import psycopg2.errors
 
 from motir_supervisor import db
 from testbed.sql import Sql
+from tests.dependencies import ENDED, RETRIED, end, insert, state, states, unended
 
 WORKFLOWS_MIGRATION = Path(db.__file__).parent / "sql" / "migrations" / "0019_workflows.sql"
-
-ENDED = "state = %s, finished_at = now(), locked_by = NULL, lease_expires_at = NULL"
-RETRIED = "state = 'pending', run_at = now(), attempts = 0, finished_at = NULL"
-
-
-def insert(sql, kind="k", depends_on=None, **columns):
-    names = ["kind", "depends_on", *columns]
-    return sql.value(f"INSERT INTO job_queue ({', '.join(names)})"
-                     f" VALUES ({', '.join(['%s'] * len(names))}) RETURNING id",
-                     (kind, depends_on, *columns.values()))
-
-
-def state(sql, job_id):
-    return sql.value("SELECT state FROM job_queue WHERE id = %s", (job_id,))
-
-
-def states(sql, ids):
-    return [state(sql, i) for i in ids]
-
-
-def end(sql, job_id, how="succeeded"):
-    sql.rows(f"UPDATE job_queue SET {ENDED} WHERE id = %s", (how, job_id))
-
-
-def unended(sql, job_id):
-    return sql.value("SELECT unended FROM job_queue_waits WHERE job_id = %s", (job_id,))
 
 
 class Open:

@@ -256,19 +256,21 @@ CREATE FUNCTION job_queue_wire(inserted_ids bigint[]) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     bad record;
+    parents bigint[];
 BEGIN
     IF cardinality(inserted_ids) = 0 THEN
         RETURN;
     END IF;
+    -- Once, as an array: an IN over the rows' arrays carries a fan-in's
+    -- whole array with each of its ids through a hash (gigabytes of
+    -- temporary files for a fan-in of 10,000).
+    parents := ARRAY(SELECT DISTINCT p FROM job_queue AS r, unnest(r.depends_on) AS p
+                     WHERE r.id = ANY(inserted_ids));
     -- In id order, as the completer's writes lock them: no deadlock between
     -- an insert and the write that ends some of its parents. A parent
     -- deleted meanwhile (by hand, by retention) is gone once locked, and the
     -- row is refused rather than left waiting for a job that no longer is.
-    PERFORM FROM job_queue
-    WHERE id IN (SELECT p FROM job_queue AS r, unnest(r.depends_on) AS p
-                 WHERE r.id = ANY(inserted_ids))
-    ORDER BY id
-    FOR NO KEY UPDATE;
+    PERFORM FROM job_queue WHERE id = ANY(parents) ORDER BY id FOR NO KEY UPDATE;
     SELECT r.id, p.parent INTO bad
     FROM job_queue AS r, unnest(r.depends_on) AS p(parent)
     WHERE r.id = ANY(inserted_ids)
@@ -278,9 +280,7 @@ BEGIN
         RAISE EXCEPTION 'job %: depends_on names job %, which does not exist', bad.id, bad.parent
             USING ERRCODE = 'foreign_key_violation';
     END IF;
-    UPDATE job_queue SET has_dependents = true
-    WHERE id IN (SELECT p FROM job_queue AS r, unnest(r.depends_on) AS p
-                 WHERE r.id = ANY(inserted_ids));
+    UPDATE job_queue SET has_dependents = true WHERE id = ANY(parents);
 
     INSERT INTO job_queue_edges (parent_id, child_id)
     SELECT DISTINCT p, r.id
