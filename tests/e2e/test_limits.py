@@ -116,13 +116,21 @@ def test_two_fleets_keep_limits_unique_keys_and_schedules_through_kills_and_a_re
     try:
         wait_until(lambda: _succeeded(sql, "throttled") >= 40, 30, message="40 throttled")
         # Kill two workers while they run throttled jobs: their slots free
-        # when the supervisor settles them.
-        running = wait_until(lambda: sql.value(
-            "SELECT array_agg(DISTINCT e.pid) FROM test_executions AS e"
-            " JOIN job_queue AS j ON j.id = e.job_id"
-            " WHERE j.kind = 'throttled' AND e.finished_at IS NULL"), 10,
-            message="throttled jobs running")
-        _kill(sql, running[:2], killed_at)
+        # when the supervisor settles them. A run may end between the read
+        # and the kill (they last ~20 ms): then two others, until a kill
+        # has cut a run short.
+        for _ in range(10):
+            running = wait_until(lambda: sql.value(
+                "SELECT array_agg(DISTINCT e.pid) FROM test_executions AS e"
+                " JOIN job_queue AS j ON j.id = e.job_id"
+                " WHERE j.kind = 'throttled' AND e.finished_at IS NULL"), 10,
+                message="throttled jobs running")
+            _kill(sql, running[:2], killed_at)
+            if sql.value("SELECT count(*) FROM test_executions AS e"
+                         " JOIN job_queue AS j ON j.id = e.job_id"
+                         " WHERE j.kind = 'throttled' AND e.pid = ANY(%s)"
+                         " AND e.finished_at IS NULL", (running[:2],)):
+                break
         wait_until(lambda: _succeeded(sql, "throttled") >= 90, 30, message="90 throttled")
         third = start_supervisor(*FLEET)  # a rolling restart of the second fleet
         third.wait_for_workers(4)
