@@ -123,7 +123,8 @@ def test_two_fleets_keep_limits_unique_keys_and_schedules_through_kills_and_a_re
             running = wait_until(lambda: sql.value(
                 "SELECT array_agg(DISTINCT e.pid) FROM test_executions AS e"
                 " JOIN job_queue AS j ON j.id = e.job_id"
-                " WHERE j.kind = 'throttled' AND e.finished_at IS NULL"), 10,
+                " WHERE j.kind = 'throttled' AND e.finished_at IS NULL"
+                " AND e.pid <> ALL(%s)", ([*killed_at, 0],)), 10,
                 message="throttled jobs running")
             _kill(sql, running[:2], killed_at)
             if sql.value("SELECT count(*) FROM test_executions AS e"
