@@ -19,12 +19,10 @@ connection of this handler thread's own. What a run does is in its payload:
 """
 
 import os
-import threading
 import time
 
-import psycopg2
-
 from motir_supervisor import Interrupted, Retry, job
+from tests.apps.sample import _sql
 
 #: Where the runs are recorded, and the flags a run may wait for.
 TABLES = """
@@ -39,21 +37,6 @@ CREATE TABLE race_runs (
 );
 CREATE TABLE race_flags (name text PRIMARY KEY);
 """
-
-# One connection per handler thread: with --concurrency above 1 several
-# handlers of this process run at once.
-_local = threading.local()
-
-
-def _sql(statement, params=()):
-    conn = getattr(_local, "conn", None)
-    if conn is None or conn.closed:
-        conn = _local.conn = psycopg2.connect(os.environ["DATABASE_URL"])
-        conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(statement, params)
-        return cur.fetchone() if cur.description else None
-
 
 _RECORD_END = ("UPDATE race_runs SET finished_at = clock_timestamp(), outcome = %s"
                " WHERE run_id = %s")

@@ -153,8 +153,8 @@ ORDER BY p.id
 LIMIT %(limit)s;
 
 -- dashboard_workflows --
--- The newest workflows, before the id %(before)s (keyset paging), each with
--- its steps counted by state ({state: count}).
+-- The newest workflows, before the id %(before)s (keyset paging), or the one
+-- of %(id)s, each with its steps counted by state ({state: count}).
 SELECT w.id, w.name, w.created_at, c.step_count, c.states
 FROM job_queue_workflows AS w
 CROSS JOIN LATERAL (
@@ -163,21 +163,10 @@ CROSS JOIN LATERAL (
     FROM (SELECT state, count(*) AS n FROM job_queue
           WHERE workflow_id = w.id GROUP BY state) AS by_state
 ) AS c
-WHERE %(before)s::bigint IS NULL OR w.id < %(before)s
+WHERE (%(before)s::bigint IS NULL OR w.id < %(before)s)
+  AND (%(id)s::bigint IS NULL OR w.id = %(id)s)
 ORDER BY w.id DESC
 LIMIT %(limit)s;
-
--- dashboard_workflow --
--- One workflow, its steps counted by state as in dashboard_workflows.
-SELECT w.id, w.name, w.created_at, c.step_count, c.states
-FROM job_queue_workflows AS w
-CROSS JOIN LATERAL (
-    SELECT coalesce(sum(n), 0)::bigint AS step_count,
-           coalesce(jsonb_object_agg(state, n), '{}') AS states
-    FROM (SELECT state, count(*) AS n FROM job_queue
-          WHERE workflow_id = w.id GROUP BY state) AS by_state
-) AS c
-WHERE w.id = %(id)s;
 
 -- dashboard_workflow_steps --
 -- The steps of workflow %(id)s the page shows: the first and the last

@@ -149,14 +149,15 @@ class DashboardStore:
     def workflows(self, before: int | None) -> tuple[list[dict[str, Any]], int | None]:
         """One page of workflows, newest first, each with "states" ({state:
         count of its steps}); and the id the next page starts before."""
-        return self._page("dashboard_workflows", {"before": before})
+        return self._page("dashboard_workflows", {"before": before, "id": None})
 
     def workflow(self, workflow_id: int) -> dict[str, Any] | None:
         """The workflow's row with its steps counted by state; under "steps"
         those the page shows (see dashboard_workflow_steps), each "drawn" or
         not; under "edges" (parent id, child id) between the drawn ones,
         with None for a step of the workflow not drawn. None for an unknown id."""
-        rows = self._dicts("dashboard_workflow", {"id": workflow_id})
+        rows = self._dicts("dashboard_workflows", {"before": None, "id": workflow_id,
+                                                   "limit": 1})
         if not rows:
             return None
         workflow = rows[0]
