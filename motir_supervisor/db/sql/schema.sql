@@ -12,8 +12,6 @@
 CREATE FUNCTION public.job_queue_add_members(members bigint[]) RETURNS void
     LANGUAGE plpgsql
     AS $$
-DECLARE
-    bad record;
 BEGIN
     IF cardinality(members) = 0 THEN
         RETURN;
@@ -24,17 +22,7 @@ BEGIN
     WHERE id IN (SELECT batch_id FROM job_queue WHERE id = ANY(members))
     ORDER BY id
     FOR SHARE;
-    SELECT j.id, j.batch_id, b.sealed_at INTO bad
-    FROM job_queue AS j LEFT JOIN job_queue_batches AS b ON b.id = j.batch_id
-    WHERE j.id = ANY(members)
-      AND (b.id IS NULL OR (b.sealed_at IS NOT NULL AND b.sealed_by <> txid_current()))
-    LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION 'job %: batch % %', bad.id, bad.batch_id,
-            CASE WHEN bad.sealed_at IS NULL THEN 'does not exist'
-                 ELSE 'is sealed: no member can be added to it' END
-            USING ERRCODE = 'foreign_key_violation';
-    END IF;
+    PERFORM job_queue_refuse_closed_batches(members, true);
 
     INSERT INTO job_queue_edges (parent_id, child_id)
     SELECT j.id, c.callback
@@ -562,16 +550,8 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
-    SELECT r.id, r.batch_id, b.sealed_at INTO bad
-    FROM inserted_rows AS r LEFT JOIN job_queue_batches AS b ON b.id = r.batch_id
-    WHERE r.batch_id IS NOT NULL AND (b.id IS NULL OR b.sealed_at IS NOT NULL)
-    LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION 'job %: batch % %', bad.id, bad.batch_id,
-            CASE WHEN bad.sealed_at IS NULL THEN 'does not exist'
-                 ELSE 'is sealed: no member can be added to it' END
-            USING ERRCODE = 'foreign_key_violation';
-    END IF;
+    PERFORM job_queue_refuse_closed_batches(
+        ARRAY(SELECT id FROM inserted_rows WHERE batch_id IS NOT NULL), false);
 
     INSERT INTO job_queue_settling (txid, job_id, event)
     SELECT txid_current(), id, 'inserted' FROM inserted_rows
@@ -811,6 +791,31 @@ BEGIN
         PERFORM pg_notify('motir_job_queue', OLD.queue);
     END IF;
     RETURN NULL;
+END;
+$$;
+
+--
+-- Name: job_queue_refuse_closed_batches(bigint[], boolean); Type: FUNCTION; Schema: public
+--
+
+CREATE FUNCTION public.job_queue_refuse_closed_batches(members bigint[], at_commit boolean) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    bad record;
+BEGIN
+    SELECT j.id, j.batch_id, b.sealed_at INTO bad
+    FROM job_queue AS j LEFT JOIN job_queue_batches AS b ON b.id = j.batch_id
+    WHERE j.id = ANY(members)
+      AND (b.id IS NULL OR (b.sealed_at IS NOT NULL
+                            AND NOT (at_commit AND b.sealed_by = txid_current())))
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'job %: batch % %', bad.id, bad.batch_id,
+            CASE WHEN bad.sealed_at IS NULL THEN 'does not exist'
+                 ELSE 'is sealed: no member can be added to it' END
+            USING ERRCODE = 'foreign_key_violation';
+    END IF;
 END;
 $$;
 

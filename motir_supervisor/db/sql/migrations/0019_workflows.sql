@@ -189,6 +189,30 @@ BEGIN
 END;
 $$;
 
+-- Members of a batch that does not exist or is sealed are refused: at the
+-- INSERT (any seal), and again at commit under the batch's lock, where a
+-- seal by the members' own transaction, written after them, lets them in.
+CREATE FUNCTION job_queue_refuse_closed_batches(members bigint[], at_commit boolean)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    bad record;
+BEGIN
+    SELECT j.id, j.batch_id, b.sealed_at INTO bad
+    FROM job_queue AS j LEFT JOIN job_queue_batches AS b ON b.id = j.batch_id
+    WHERE j.id = ANY(members)
+      AND (b.id IS NULL OR (b.sealed_at IS NOT NULL
+                            AND NOT (at_commit AND b.sealed_by = txid_current())))
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'job %: batch % %', bad.id, bad.batch_id,
+            CASE WHEN bad.sealed_at IS NULL THEN 'does not exist'
+                 ELSE 'is sealed: no member can be added to it' END
+            USING ERRCODE = 'foreign_key_violation';
+    END IF;
+END;
+$$;
+
 -- The wake-up for the rows an INSERT wrote pending (migrations/0001); then,
 -- for those that name jobs or a batch, what can be refused at once (the
 -- same is checked again under locks at commit), and their wiring left to
@@ -231,16 +255,8 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
-    SELECT r.id, r.batch_id, b.sealed_at INTO bad
-    FROM inserted_rows AS r LEFT JOIN job_queue_batches AS b ON b.id = r.batch_id
-    WHERE r.batch_id IS NOT NULL AND (b.id IS NULL OR b.sealed_at IS NOT NULL)
-    LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION 'job %: batch % %', bad.id, bad.batch_id,
-            CASE WHEN bad.sealed_at IS NULL THEN 'does not exist'
-                 ELSE 'is sealed: no member can be added to it' END
-            USING ERRCODE = 'foreign_key_violation';
-    END IF;
+    PERFORM job_queue_refuse_closed_batches(
+        ARRAY(SELECT id FROM inserted_rows WHERE batch_id IS NOT NULL), false);
 
     INSERT INTO job_queue_settling (txid, job_id, event)
     SELECT txid_current(), id, 'inserted' FROM inserted_rows
@@ -323,8 +339,6 @@ $$;
 -- New members of open batches become parents of the batches' callbacks.
 CREATE FUNCTION job_queue_add_members(members bigint[]) RETURNS void
 LANGUAGE plpgsql AS $$
-DECLARE
-    bad record;
 BEGIN
     IF cardinality(members) = 0 THEN
         RETURN;
@@ -335,17 +349,7 @@ BEGIN
     WHERE id IN (SELECT batch_id FROM job_queue WHERE id = ANY(members))
     ORDER BY id
     FOR SHARE;
-    SELECT j.id, j.batch_id, b.sealed_at INTO bad
-    FROM job_queue AS j LEFT JOIN job_queue_batches AS b ON b.id = j.batch_id
-    WHERE j.id = ANY(members)
-      AND (b.id IS NULL OR (b.sealed_at IS NOT NULL AND b.sealed_by <> txid_current()))
-    LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION 'job %: batch % %', bad.id, bad.batch_id,
-            CASE WHEN bad.sealed_at IS NULL THEN 'does not exist'
-                 ELSE 'is sealed: no member can be added to it' END
-            USING ERRCODE = 'foreign_key_violation';
-    END IF;
+    PERFORM job_queue_refuse_closed_batches(members, true);
 
     INSERT INTO job_queue_edges (parent_id, child_id)
     SELECT j.id, c.callback
