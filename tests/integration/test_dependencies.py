@@ -236,6 +236,34 @@ def test_a_waiting_job_cannot_hold_a_unique_key(sql):
     assert sql.value("SELECT count(*) FROM job_queue") == 1
 
 
+@pytest.mark.parametrize("change", [
+    "depends_on = ARRAY[%(other)s::bigint]",   # a waiting row given another parent
+    "depends_on = NULL",                       # ... or none
+    "batch_id = %(batch)s",                    # a row moved into a batch
+])
+def test_a_job_keeps_the_parents_and_batch_it_was_inserted_with(sql, change):
+    # Its edges, count and membership were wired at its insert: a change
+    # would wire nothing, so it is refused and the row stays as it was.
+    parent, other = insert(sql), insert(sql)
+    child = insert(sql, depends_on=[parent])
+    batch = sql.value("SELECT job_queue_batch_open('b', NULL, NULL)")
+    with pytest.raises(psycopg2.Error) as raised:
+        sql.rows(f"UPDATE job_queue SET {change} WHERE id = %(child)s",
+                 {"other": other, "batch": batch, "child": child})
+    column = change.split()[0]
+    assert str(raised.value).splitlines()[0] == (
+        f"job {child}: {column} is set when a job is inserted and cannot be changed;"
+        + (" insert a new job that waits for the others" if column == "depends_on" else
+           " insert a new member (job_queue_batch_add, or an INSERT with batch_id)"))
+    assert sql.rows("SELECT depends_on, batch_id, state FROM job_queue WHERE id = %s",
+                    (child,)) == [([parent], None, "waiting")]
+    # Written again unchanged, as an ORM that writes every column does, is no change.
+    sql.rows("UPDATE job_queue SET depends_on = depends_on, batch_id = batch_id, priority = 5"
+             " WHERE id = %s", (child,))
+    end(sql, parent)
+    assert state(sql, child) == "pending"
+
+
 @pytest.mark.parametrize("steps, message", [
     ('[{"ref": "a", "kind": "k", "after": ["b"]}, {"ref": "b", "kind": "k", "after": ["a"]}]',
      'step "a": after names "b", which is not listed before it'),

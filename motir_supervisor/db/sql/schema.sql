@@ -820,6 +820,25 @@ END;
 $$;
 
 --
+-- Name: job_queue_refuse_rewiring(); Type: FUNCTION; Schema: public
+--
+
+CREATE FUNCTION public.job_queue_refuse_rewiring() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.depends_on IS DISTINCT FROM OLD.depends_on THEN
+        RAISE EXCEPTION 'job %: depends_on is set when a job is inserted and cannot be changed;'
+                        ' insert a new job that waits for the others', NEW.id
+            USING ERRCODE = 'check_violation';
+    END IF;
+    RAISE EXCEPTION 'job %: batch_id is set when a job is inserted and cannot be changed;'
+                    ' insert a new member (job_queue_batch_add, or an INSERT with batch_id)', NEW.id
+        USING ERRCODE = 'check_violation';
+END;
+$$;
+
+--
 -- Name: job_queue_release(bigint[], boolean); Type: FUNCTION; Schema: public
 --
 
@@ -1731,6 +1750,12 @@ CREATE TRIGGER job_queue_pause_changed AFTER INSERT OR DELETE ON public.job_queu
 --
 
 CREATE TRIGGER job_queue_pause_changing BEFORE INSERT OR DELETE ON public.job_queue_paused FOR EACH STATEMENT EXECUTE FUNCTION public.job_queue_lock_limited_claims();
+
+--
+-- Name: job_queue job_queue_refuse_rewiring; Type: TRIGGER; Schema: public
+--
+
+CREATE TRIGGER job_queue_refuse_rewiring AFTER UPDATE OF depends_on, batch_id ON public.job_queue FOR EACH ROW WHEN (((new.depends_on IS DISTINCT FROM old.depends_on) OR (new.batch_id IS DISTINCT FROM old.batch_id))) EXECUTE FUNCTION public.job_queue_refuse_rewiring();
 
 --
 -- Name: job_queue job_queue_retry_dependent; Type: TRIGGER; Schema: public
