@@ -102,6 +102,7 @@ def lay_out(keys: Sequence[Hashable],
         layout.xspace, layout.yspace = GAP_X, GAP_Y
         layout.init_all()
         layout.draw()
+        _spread(layout)
         # A long edge's bends take a box's room in their layers: the part
         # spans them too.
         centres = [v.view.xy for v in part.sV] + [p for e in part.sE for p in e.view.points]
@@ -120,6 +121,25 @@ def lay_out(keys: Sequence[Hashable],
         left = right + GAP_X * 2
     width = left - GAP_X * 2 + MARGIN if parts else 2.0 * MARGIN
     return Drawing(boxes, lines, width, height + MARGIN)
+
+
+def _spread(layout: SugiyamaLayout) -> None:
+    """Move apart what shares a layer closer than its room. grandalf places
+    each vertex at a mean of four alignments, which can put two of them (a
+    box, or the bend of a long edge crossing the layer) on one spot; each
+    layer's left-to-right order is kept, and the edges are routed again
+    through the places moved."""
+    for layer in layout.layers:
+        previous = None
+        for vertex in layer:
+            if previous is not None:
+                x, y = vertex.view.xy
+                least = (previous.view.xy[0] + (previous.view.w + vertex.view.w) / 2
+                         + layout.xspace)
+                if x < least:
+                    vertex.view.xy = (least, y)
+            previous = vertex
+    layout.draw_edges()
 
 
 def _line(parent: Hashable, child: Hashable, centres: list[tuple[float, float]]) -> Line:

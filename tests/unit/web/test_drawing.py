@@ -4,6 +4,8 @@ overlap, edges from a parent's box to its child's."""
 import itertools
 import random
 
+import pytest
+
 from motir_supervisor.web.dashboard.drawing import (
     MOST_SIBLINGS, NOT_DRAWN, SIBLINGS_KEPT, lay_out, lay_out_steps)
 
@@ -55,8 +57,11 @@ def test_a_diamond_with_a_long_edge_and_a_step_of_its_own():
     assert len(long_edge.points) == 3  # it bends in the layer it crosses
 
 
-def test_a_random_dag_of_a_hundred_and_twenty_steps():
-    rng = random.Random(38)
+@pytest.mark.parametrize("seed", range(12))
+def test_a_random_dag_of_a_hundred_and_twenty_steps(seed):
+    # grandalf's placement varies from process to process (it iterates
+    # sets of its vertices); a dozen graphs meet a layer it crowds often.
+    rng = random.Random(seed)
     keys = list(range(120))
     edges = sorted({(rng.randrange(max(0, child - 15), child), child)
                     for child in keys[1:] for _ in range(2)})
