@@ -13,7 +13,11 @@ the runs take turns, round after round:
 - one parent, 10,000 children of it and one step waiting for all of them:
   the fan-in step's handler start after the latest end of the 10,000, and
   the whole run, from the supervisor's start to an empty queue, beside
-  10,000 independent no-op jobs run by the same fleet.
+  10,000 independent no-op jobs run by the same fleet; and where the
+  workflow's run spends what the independent jobs do not: the parent's
+  run, from its claim to the commit that ends it and releases the
+  children, and the children's, from the first one's claim to the last
+  one's end, beside the independent jobs' from first claim to last end.
 """
 
 from __future__ import annotations
@@ -65,6 +69,17 @@ LEFT JOIN bench_starts AS s ON s.job_id = j.id
 WHERE j.workflow_id IS NOT NULL
 ORDER BY substr(j.step, 2)::int
 """
+# The parent's claim to the commit that ended it (and released the
+# children), and the children's first claim to their last end, in seconds.
+FAN_OUT_PARTS = """
+SELECT (SELECT extract(epoch FROM pg_xact_commit_timestamp(xmin) - started_at)
+        FROM job_queue WHERE step = 'parent'),
+       (SELECT extract(epoch FROM max(pg_xact_commit_timestamp(xmin)) - min(started_at))
+        FROM job_queue WHERE step <> 'parent' AND step <> 'fan_in')
+"""
+INDEPENDENT_SPAN = """
+SELECT extract(epoch FROM max(pg_xact_commit_timestamp(xmin)) - min(started_at)) FROM job_queue
+"""
 FAN_IN = """
 SELECT extract(epoch FROM s.started_at - c.ended) * 1000,
        extract(epoch FROM f.started_at - c.ended) * 1000,
@@ -106,6 +121,12 @@ class WorkflowRun:
     independent_seconds: tuple[float, ...]
     #: The means of the two, one over the other.
     fan_out_ratio: float
+    #: Each round's parent, from its claim to the commit that ended it and
+    #: released its children; the children, from the first one's claim to
+    #: the last one's end; the independent jobs, the same.
+    parent_seconds: tuple[float, ...]
+    children_seconds: tuple[float, ...]
+    independent_span_seconds: tuple[float, ...]
     #: Each round's job_queue_workflow call, for the chain and the fan-out.
     chain_insert_seconds: tuple[float, ...]
     fan_out_insert_seconds: tuple[float, ...]
@@ -119,6 +140,8 @@ class ChainRound(NamedTuple):
 
 class FanOutRound(NamedTuple):
     seconds: float
+    parent_seconds: float
+    children_seconds: float
     fan_in_start_ms: float
     fan_in_claim_ms: float
     fan_in_after_write_ms: float
@@ -164,14 +187,18 @@ def _fan_out(bench: Bench) -> FanOutRound:
     inserted = _prepare(bench, INSERT_FAN_OUT, {"children": children})
     seconds = _run_to_empty(bench, "workflows-fan-out", children + 2)
     start_ms, claim_ms, after_write_ms = bench.sql.rows(FAN_IN)[0]
-    return FanOutRound(seconds, float(start_ms), float(claim_ms), float(after_write_ms), inserted)
+    parent, children = bench.sql.rows(FAN_OUT_PARTS)[0]
+    return FanOutRound(seconds, float(parent), float(children), float(start_ms), float(claim_ms),
+                       float(after_write_ms), inserted)
 
 
-def _independent(bench: Bench) -> float:
+def _independent(bench: Bench) -> tuple[float, float]:
+    """The run's seconds, and its first claim to its last end."""
     jobs = bench.settings.fan_out_children
     _prepare(bench, "INSERT INTO job_queue (kind) SELECT 'step' FROM generate_series(1, %(jobs)s)",
              {"jobs": jobs})
-    return _run_to_empty(bench, "workflows-independent", jobs)
+    seconds = _run_to_empty(bench, "workflows-independent", jobs)
+    return seconds, float(bench.sql.value(INDEPENDENT_SPAN))
 
 
 def measure_workflows(bench: Bench) -> WorkflowRun:
@@ -181,7 +208,7 @@ def measure_workflows(bench: Bench) -> WorkflowRun:
     releases: list[float] = []
     chains: list[ChainRound] = []
     fan_outs: list[FanOutRound] = []
-    independents: list[float] = []
+    independents: list[tuple[float, float]] = []
     for number in range(ROUNDS):
         bench.progress(f"workflows, round {number + 1} of {ROUNDS}: a chain of {steps} steps,"
                        f" a fan-out and fan-in of {children} and {children} independent jobs,"
@@ -191,6 +218,7 @@ def measure_workflows(bench: Bench) -> WorkflowRun:
         independents.append(_independent(bench))
     ordered = sorted(hops)
     fan_out_seconds = [run.seconds for run in fan_outs]
+    independent_seconds = [seconds for seconds, _ in independents]
     return WorkflowRun(
         workers=FLEET_WORKERS, chain_steps=steps,
         chain_seconds=tuple(round(run.seconds, 3) for run in chains),
@@ -203,8 +231,12 @@ def measure_workflows(bench: Bench) -> WorkflowRun:
         fan_in_claim_ms=tuple(round(run.fan_in_claim_ms, 2) for run in fan_outs),
         fan_in_after_write_ms=tuple(round(run.fan_in_after_write_ms, 2) for run in fan_outs),
         fan_out_seconds=tuple(round(s, 3) for s in fan_out_seconds),
-        independent_seconds=tuple(round(s, 3) for s in independents),
-        fan_out_ratio=round(statistics.mean(fan_out_seconds) / statistics.mean(independents), 3),
+        independent_seconds=tuple(round(s, 3) for s in independent_seconds),
+        fan_out_ratio=round(statistics.mean(fan_out_seconds) / statistics.mean(independent_seconds),
+                            3),
+        parent_seconds=tuple(round(run.parent_seconds, 3) for run in fan_outs),
+        children_seconds=tuple(round(run.children_seconds, 3) for run in fan_outs),
+        independent_span_seconds=tuple(round(span, 3) for _, span in independents),
         chain_insert_seconds=tuple(round(run.insert_seconds, 3) for run in chains),
         fan_out_insert_seconds=tuple(round(run.insert_seconds, 3) for run in fan_outs))
 
@@ -241,6 +273,12 @@ def format_workflows(run: WorkflowRun) -> list[str]:
         _row(f"  {children} independent no-op jobs, the same fleet",
              statistics.mean(run.independent_seconds), "s", run.independent_seconds),
         _row("  the workflow's run over the independent jobs'", run.fan_out_ratio, "×"),
+        _row("  the parent, claim to the end that released its children",
+             statistics.mean(run.parent_seconds), "s", run.parent_seconds),
+        _row(f"  the {children} children, first claim to last end",
+             statistics.mean(run.children_seconds), "s", run.children_seconds),
+        _row(f"  the {children} independent jobs, first claim to last end",
+             statistics.mean(run.independent_span_seconds), "s", run.independent_span_seconds),
         _row("job_queue_workflow inserting the chain", statistics.mean(run.chain_insert_seconds),
              "s", run.chain_insert_seconds),
         _row("job_queue_workflow inserting the fan-out",

@@ -71,5 +71,10 @@ def test_the_smoke_benchmark_reports_every_figure(tmp_path):
     assert workflows["hop_p50_ms"] <= workflows["hop_p95_ms"] <= workflows["hop_max_ms"]
     assert min(workflows["fan_in_claim_ms"]) > 0 and min(workflows["fan_in_start_ms"]) > 0
     assert min(workflows["chain_seconds"]) > 0 and workflows["fan_out_ratio"] > 0
+    # The parts of the fan-out's run each fall within it.
+    for part in ("parent_seconds", "children_seconds"):
+        assert all(0 < p < whole for p, whole in zip(workflows[part], workflows["fan_out_seconds"]))
+    assert all(0 < span < whole for span, whole in zip(workflows["independent_span_seconds"],
+                                                       workflows["independent_seconds"]))
     assert "workflows: each inserted by one job_queue_workflow call" in done.stdout
     assert results["peers"] is None

@@ -25,9 +25,17 @@ def db_now(sql):
 
 # -- exactly once under concurrency --------------------------------------------
 
+#: The workers connected to the test's database, each by its own connection.
+CONNECTED_WORKERS = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                     " AND application_name ~ '^motir-supervisor worker [0-9]+$'")
+
+
 def run_two_fleets(executions, start_supervisor, entry=None, until=None):
-    enqueue(executions, "record", count=2000)
     fleets = [start_supervisor("--workers", "4", entry=entry) for _ in range(2)]
+    # The work arrives once all eight workers are connected, so both fleets
+    # claim it at once however much slower one of them started.
+    wait_until(lambda: executions.value(CONNECTED_WORKERS) == 8, 30, message="8 workers connected")
+    enqueue(executions, "record", count=2000)
     # More work arrives while both fleets run.
     for _ in range(5):
         enqueue(executions, "record", count=200)
