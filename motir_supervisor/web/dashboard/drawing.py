@@ -56,6 +56,30 @@ class Drawing:
     height: float
 
 
+class _Vertex(Vertex):
+    """A vertex hashed by its place in the caller's order: grandalf keeps
+    vertices in sets, whose order (and with it the drawing) would otherwise
+    follow their addresses in memory and change from process to process."""
+
+    def __init__(self, key: Hashable, place: int) -> None:
+        super().__init__(key)
+        self.place = place
+
+    def __hash__(self) -> int:
+        return self.place
+
+
+class _Edge(Edge):
+    """An edge hashed by its place, as _Vertex."""
+
+    def __init__(self, parent: Vertex, child: Vertex, place: int) -> None:
+        super().__init__(parent, child)
+        self.place = place
+
+    def __hash__(self) -> int:
+        return self.place
+
+
 class _Size:
     """The view grandalf reads a vertex's size from, and writes its centre to."""
 
@@ -81,13 +105,13 @@ def lay_out(keys: Sequence[Hashable],
     down; each connected part of the graph is laid out on its own and the
     parts stand side by side, in the order of their first key. An edge
     naming a key not given is left out."""
-    vertices = {key: Vertex(key) for key in keys}
+    vertices = {key: _Vertex(key, n) for n, key in enumerate(keys)}
     for vertex in vertices.values():
         vertex.view = _Size()
-    graph_edges = []
+    graph_edges: list[_Edge] = []
     for parent, child in edges:
         if parent in vertices and child in vertices and parent != child:
-            edge = Edge(vertices[parent], vertices[child])
+            edge = _Edge(vertices[parent], vertices[child], len(graph_edges))
             edge.view = _Route()
             graph_edges.append(edge)
     graph = Graph(list(vertices.values()), graph_edges)
