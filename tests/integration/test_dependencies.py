@@ -336,6 +336,38 @@ def test_a_batch_counts_its_members_until_sealed_and_a_retried_member(sql, store
     assert state(sql, on_success) == "pending"
 
 
+@pytest.mark.parametrize("how", ["failed", "cancelled", "succeeded"])
+def test_a_member_ended_before_it_joined_counts_as_ending_at_its_join(
+        database_url, sql, store, how):
+    # A member inserted and ended by one transaction (or inserted ended)
+    # joins its batch as that transaction commits: its end counts then.
+    batch = sql.value("SELECT job_queue_batch_open('b', '{\"kind\": \"ok\"}',"
+                      " '{\"kind\": \"done\"}')")
+    on_success, on_complete = callbacks(sql, batch)
+    producer, cur = in_transaction(database_url)
+    cur.execute("INSERT INTO job_queue (kind, batch_id) VALUES ('m', %s) RETURNING id", (batch,))
+    [member] = cur.fetchone()
+    cur.execute(f"UPDATE job_queue SET {ENDED} WHERE id = %s", (how, member))
+    producer.commit()
+    producer.close()
+    ended = sql.value("INSERT INTO job_queue (kind, batch_id, state, finished_at)"
+                      " VALUES ('m', %s, %s, now()) RETURNING id", (batch, how))
+    sql.rows("SELECT job_queue_batch_seal(%s)", (batch,))
+    assert state(sql, on_complete) == "pending"
+    if how == "succeeded":
+        assert state(sql, on_success) == "pending"
+        return
+    assert state(sql, on_success) == "cancelled"
+    assert sql.value("SELECT last_error FROM job_queue WHERE id = %s",
+                     (on_success,)) == f"parent job {member} ended {how}"
+    # Each of them holds it: retried and succeeding, both let it run.
+    for job_id in (member, ended):
+        assert state(sql, on_success) == "cancelled"
+        assert store.retry_job(job_id).changed
+        end(sql, job_id)
+    assert state(sql, on_success) == "pending"
+
+
 def test_rows_without_dependencies_fire_none_of_it(database_url, sql):
     conn = Sql(database_url)
     conn.rows("SET track_functions = 'pl'")

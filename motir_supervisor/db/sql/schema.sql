@@ -12,6 +12,8 @@
 CREATE FUNCTION public.job_queue_add_members(members bigint[]) RETURNS void
     LANGUAGE plpgsql
     AS $$
+DECLARE
+    failed record;
 BEGIN
     IF cardinality(members) = 0 THEN
         RETURN;
@@ -41,6 +43,23 @@ BEGIN
             AND j.state NOT IN ('succeeded', 'failed', 'cancelled')
           GROUP BY c.callback) AS n
     WHERE w.job_id = n.callback;
+
+    FOR failed IN
+        SELECT j.id, j.state, b.on_success
+        FROM job_queue AS j
+        JOIN job_queue_batches AS b ON b.id = j.batch_id
+        WHERE j.id = ANY(members) AND j.state IN ('failed', 'cancelled')
+          AND b.on_success IS NOT NULL
+        ORDER BY j.id
+    LOOP
+        UPDATE job_queue
+        SET state = 'cancelled', finished_at = now(),
+            last_error = format('parent job %s ended %s', failed.id, failed.state)
+        WHERE id = failed.on_success AND state = 'waiting';
+        IF FOUND THEN
+            UPDATE job_queue_waits SET cancelled_by = failed.id WHERE job_id = failed.on_success;
+        END IF;
+    END LOOP;
 END;
 $$;
 
