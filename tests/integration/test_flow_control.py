@@ -405,6 +405,9 @@ def test_a_row_held_by_another_transaction_does_not_keep_claims_coming(
         with holder.cursor() as cur:
             cur.execute("SELECT FROM job_queue WHERE id = %s FOR UPDATE", (held,))
             claims = [store.claim_limited_jobs("c", 10, 30, None) for _ in range(3)]
+        # A rollback lets go of the row before it returns; a close alone
+        # leaves the lock to the server's backend, ending after it.
+        holder.rollback()
     finally:
         holder.close()
     # Chosen, not locked, and not looked for again at once: the next wake-up
