@@ -195,6 +195,86 @@ def test_a_member_cancelled_as_it_is_added_cancels_on_success(sql):
     assert state(sql, on_success) == "pending"
 
 
+def _batch(sql):
+    """An open batch with both callbacks: (id, on_success, on_complete)."""
+    batch = sql.value("SELECT job_queue_batch_open('b', '{\"kind\": \"ok\"}',"
+                      " '{\"kind\": \"done\"}')")
+    return (batch, *sql.rows("SELECT on_success, on_complete FROM job_queue_batches"
+                             " WHERE id = %s", (batch,))[0])
+
+
+INSERT_FAILED_MEMBER = ("INSERT INTO job_queue (kind, batch_id, state, finished_at)"
+                        " VALUES ('m', %s, 'failed', now()) RETURNING id")
+
+
+def test_a_member_joining_failed_and_a_member_failing_take_the_counts_in_one_order(
+        database_url, sql):
+    # One commit ends a member failed: it locks on_success's count, then
+    # cancels on_success's row. Another commits a member inserted failed,
+    # which cancels on_success too. Both wait on a third session holding
+    # the count; let go, they must not each hold what the other needs (the
+    # join taking the row first, then the count, deadlocked every time).
+    batch, on_success, on_complete = _batch(sql)
+    joined = insert(sql, "m", batch_id=batch)
+    holder = Open(database_url)
+    holder.run("SELECT FROM job_queue_waits WHERE job_id = %s FOR UPDATE", (on_success,))
+    ending, joining = Open(database_url), Open(database_url)
+    ending.run(f"UPDATE job_queue SET {ENDED} WHERE id = %s", ("failed", joined))
+    [(member,)] = joining.run(INSERT_FAILED_MEMBER, (batch,))
+    ending.start_commit()
+    wait_until_blocked(sql, ending)
+    joining.start_commit()
+    wait_until_blocked(sql, ending, joining)
+    holder.conn.rollback()
+    for opened in (ending, joining):
+        opened.join()
+        assert opened.error is None, opened.error
+        opened.close()
+    holder.close()
+    assert state(sql, on_success) == "cancelled"
+    # Each failed member holds it: only both retried and succeeding let it run.
+    sql.rows("SELECT job_queue_batch_seal(%s)", (batch,))
+    for job_id in (joined, member):
+        assert state(sql, on_success) == "cancelled"
+        sql.rows(f"UPDATE job_queue SET {RETRIED} WHERE id = %s", (job_id,))
+        end(sql, job_id)
+    assert states(sql, [on_success, on_complete]) == ["pending", "pending"]
+
+
+def test_a_member_joining_failed_while_the_holder_is_retried_keeps_on_success_cancelled(
+        database_url, sql):
+    # m0 failed and cancelled on_success. m0 is retried, its commit held
+    # inside its settling (it has taken on_success's count), while a member
+    # inserted failed commits. Had the join not waited for the count, it
+    # would have found on_success cancelled (nothing to do) and the retry
+    # would have found no other failed member (the join's edge not yet
+    # committed): on_success back to waiting, and run after m0 succeeds,
+    # though a member failed. The join waits, then cancels it again.
+    batch, on_success, _ = _batch(sql)
+    m0 = insert(sql, "m", batch_id=batch)
+    end(sql, m0, "failed")
+    retrying, joining = Open(database_url), Open(database_url)
+    retrying.run(f"UPDATE job_queue SET {RETRIED} WHERE id = %s", (m0,))
+    [(m1,)] = joining.run(INSERT_FAILED_MEMBER, (batch,))
+    gate = paused_commit(sql, database_url, retrying)
+    joining.start_commit()
+    wait_until_blocked(sql, joining, lock_type="transactionid")
+    gate.close()
+    for opened in (retrying, joining):
+        opened.join()
+        assert opened.error is None, opened.error
+        opened.close()
+    assert sql.rows("SELECT j.state, j.last_error, w.cancelled_by FROM job_queue AS j"
+                    " JOIN job_queue_waits AS w ON w.job_id = j.id WHERE j.id = %s",
+                    (on_success,)) == [("cancelled", f"parent job {m1} ended failed", m1)]
+    sql.rows("SELECT job_queue_batch_seal(%s)", (batch,))
+    end(sql, m0)
+    assert state(sql, on_success) == "cancelled"  # m1 failed: on_success does not run
+    sql.rows(f"UPDATE job_queue SET {RETRIED} WHERE id = %s", (m1,))
+    end(sql, m1)
+    assert state(sql, on_success) == "pending"
+
+
 def test_retention_keeps_a_cancelled_parent_a_retry_would_bring_back(sql, store):
     # a -> b -> c -> d, d also waiting for y and running whatever c does. a
     # fails: b and c are cancelled, d still waits (for y). Retention keeps

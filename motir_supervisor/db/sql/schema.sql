@@ -25,6 +25,13 @@ BEGIN
     ORDER BY id
     FOR SHARE;
     PERFORM job_queue_refuse_closed_batches(members, true);
+    PERFORM FROM job_queue_waits
+    WHERE job_id IN (SELECT c.callback
+                     FROM job_queue_batches AS b,
+                     LATERAL (VALUES (b.on_success), (b.on_complete)) AS c(callback)
+                     WHERE b.id IN (SELECT batch_id FROM job_queue WHERE id = ANY(members)))
+    ORDER BY job_id
+    FOR UPDATE;
 
     INSERT INTO job_queue_edges (parent_id, child_id)
     SELECT j.id, c.callback

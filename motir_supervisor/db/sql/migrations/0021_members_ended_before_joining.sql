@@ -4,6 +4,14 @@
 -- still to end, as before; one that ended failed or cancelled now also
 -- cancels the batch's on_success, as its end would have after joining, and
 -- is named as what holds it, so that retrying it brings on_success back.
+--
+-- The callbacks' counts are locked first, in job order, as every commit
+-- that ends or brings back a member locks them before their rows: a member
+-- of the batch ending meanwhile and this join wait for each other on the
+-- first count rather than each holding what the other needs, and a retry of
+-- the member that holds on_success either committed first (on_success is
+-- seen waiting again, and cancelled for this one) or waits, and then finds
+-- this one's edge and hands the hold to it.
 CREATE OR REPLACE FUNCTION job_queue_add_members(members bigint[]) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -19,6 +27,13 @@ BEGIN
     ORDER BY id
     FOR SHARE;
     PERFORM job_queue_refuse_closed_batches(members, true);
+    PERFORM FROM job_queue_waits
+    WHERE job_id IN (SELECT c.callback
+                     FROM job_queue_batches AS b,
+                     LATERAL (VALUES (b.on_success), (b.on_complete)) AS c(callback)
+                     WHERE b.id IN (SELECT batch_id FROM job_queue WHERE id = ANY(members)))
+    ORDER BY job_id
+    FOR UPDATE;
 
     INSERT INTO job_queue_edges (parent_id, child_id)
     SELECT j.id, c.callback
