@@ -275,6 +275,107 @@ def test_a_member_joining_failed_while_the_holder_is_retried_keeps_on_success_ca
     assert state(sql, on_success) == "pending"
 
 
+def _commit_both(first, second):
+    """Both commits' errors, once both ended (None for one that committed)."""
+    errors = []
+    for opened in (first, second):
+        opened.join()
+        errors.append(opened.error)
+        opened.close()
+    return errors
+
+
+def test_ending_a_member_and_joining_another_batch_cross_without_a_deadlock(database_url, sql):
+    # a ends a member of batch 1 and adds one to batch 2; b ends a member of
+    # batch 2 and adds one to batch 1. a's commit is held at its first
+    # count (batch 1's); b's commit then must not take batch 2's counts and
+    # wait for batch 1's holding them (each would wait for the other).
+    one, two = _batch(sql), _batch(sql)
+    x1, x2 = insert(sql, "m", batch_id=one[0]), insert(sql, "m", batch_id=two[0])
+    a, b = Open(database_url), Open(database_url)
+    a.run(f"UPDATE job_queue SET {ENDED} WHERE id = %s", ("succeeded", x1))
+    a.run("INSERT INTO job_queue (kind, batch_id) VALUES ('m', %s)", (two[0],))
+    b.run(f"UPDATE job_queue SET {ENDED} WHERE id = %s", ("succeeded", x2))
+    b.run("INSERT INTO job_queue (kind, batch_id) VALUES ('m', %s)", (one[0],))
+    gate = paused_commit(sql, database_url, a)
+    b.start_commit()
+    wait_until_blocked(sql, b, lock_type="transactionid")
+    gate.close()
+    assert _commit_both(a, b) == [None, None]
+    for batch, on_success, on_complete in (one, two):
+        assert unended(sql, on_success) == unended(sql, on_complete) == 2  # a member, the seal
+
+
+def test_a_commit_ending_a_job_and_inserting_a_child_of_another_ending_one(database_url, sql):
+    # c waits for p and x. a ends p. b ends x and inserts a job waiting for
+    # p: its commit must take p's row (a's, until a commits) before c's
+    # count, which a's commit takes.
+    p, x = insert(sql), insert(sql)
+    c = insert(sql, depends_on=[p, x])
+    a, b = Open(database_url), Open(database_url)
+    a.run(f"UPDATE job_queue SET {ENDED} WHERE id = %s", ("succeeded", p))
+    b.run(f"UPDATE job_queue SET {ENDED} WHERE id = %s", ("succeeded", x))
+    [(late,)] = b.run("INSERT INTO job_queue (kind, depends_on) VALUES ('k', %s) RETURNING id",
+                      ([p],))
+    b.start_commit()
+    wait_until_blocked(sql, b, lock_type="transactionid")
+    a.start_commit()
+    assert _commit_both(a, b) == [None, None]
+    assert states(sql, [c, late]) == ["pending", "pending"]
+
+
+def test_a_commit_releasing_a_child_and_one_inserting_its_child_cross_without_a_deadlock(
+        database_url, sql):
+    # j waits for p and q. b ends q and inserts k waiting for j: its commit
+    # takes j's row (k's parent) and j's count. a ends p and releases j: its
+    # commit takes j's count and j's row. A third session holds j's row
+    # until both commits wait; then b must not get j's row while a holds
+    # j's count (each would wait for the other): a takes j's row first too.
+    p, q = insert(sql), insert(sql)
+    j = insert(sql, depends_on=[p, q])
+    a, b, holder = Open(database_url), Open(database_url), Open(database_url)
+    b.run(f"UPDATE job_queue SET {ENDED} WHERE id = %s", ("succeeded", q))
+    [(k,)] = b.run("INSERT INTO job_queue (kind, depends_on) VALUES ('k', %s) RETURNING id",
+                   ([j],))
+    a.run(f"UPDATE job_queue SET {ENDED} WHERE id = %s", ("succeeded", p))
+    holder.run("SELECT FROM job_queue WHERE id = %s FOR NO KEY UPDATE", (j,))
+    b.start_commit()
+    wait_until_blocked(sql, b)
+    a.start_commit()
+    wait_until_blocked(sql, a, b)
+    holder.conn.rollback()
+    holder.close()
+    assert _commit_both(a, b) == [None, None]
+    assert states(sql, [j, k]) == ["pending", "waiting"]
+    end(sql, j)
+    assert state(sql, k) == "pending"
+
+
+def test_a_seal_and_a_member_joining_with_an_end_cross_without_a_deadlock(database_url, sql):
+    # a seals batch 1 (holding its row from then on). b ends a member of
+    # batch 2 and adds one to batch 1: its commit waits for batch 1's row.
+    # a then seals batch 2 and commits, taking both batches' counts: b
+    # must not be holding batch 2's meanwhile. b is then refused, batch 1
+    # being sealed.
+    one, two = _batch(sql), _batch(sql)
+    x2 = insert(sql, "m", batch_id=two[0])
+    a, b = Open(database_url), Open(database_url)
+    a.run("SELECT job_queue_batch_seal(%s)", (one[0],))
+    b.run(f"UPDATE job_queue SET {ENDED} WHERE id = %s", ("succeeded", x2))
+    b.run("INSERT INTO job_queue (kind, batch_id) VALUES ('m', %s)", (one[0],))
+    b.start_commit()
+    wait_until_blocked(sql, b, lock_type="transactionid")
+    a.run("SELECT job_queue_batch_seal(%s)", (two[0],))
+    a.start_commit()
+    sealed, joined = _commit_both(a, b)
+    assert sealed is None
+    assert "is sealed: no member can be added to it" in str(joined).splitlines()[0]
+    # Batch 1, sealed empty, completed; batch 2 waits for its member, whose
+    # end was b's and went with it.
+    assert states(sql, [*one[1:], *two[1:], x2]) == ["pending", "pending", "waiting",
+                                                     "waiting", "pending"]
+
+
 def test_retention_keeps_a_cancelled_parent_a_retry_would_bring_back(sql, store):
     # a -> b -> c -> d, d also waiting for y and running whatever c does. a
     # fails: b and c are cancelled, d still waits (for y). Retention keeps

@@ -18,20 +18,8 @@ BEGIN
     IF cardinality(members) = 0 THEN
         RETURN;
     END IF;
-    -- A seal takes the batch's row for update: it waits for these members'
-    -- commit, or they see it sealed.
-    PERFORM FROM job_queue_batches
-    WHERE id IN (SELECT batch_id FROM job_queue WHERE id = ANY(members))
-    ORDER BY id
-    FOR SHARE;
+    -- Their batches and the callbacks' counts are locked (job_queue_settle).
     PERFORM job_queue_refuse_closed_batches(members, true);
-    PERFORM FROM job_queue_waits
-    WHERE job_id IN (SELECT c.callback
-                     FROM job_queue_batches AS b,
-                     LATERAL (VALUES (b.on_success), (b.on_complete)) AS c(callback)
-                     WHERE b.id IN (SELECT batch_id FROM job_queue WHERE id = ANY(members)))
-    ORDER BY job_id
-    FOR UPDATE;
 
     INSERT INTO job_queue_edges (parent_id, child_id)
     SELECT j.id, c.callback
@@ -973,6 +961,9 @@ DECLARE
     ends bigint[];
     counts bigint[];
     ready bigint[];
+    inserted bigint[];
+    wired bigint[];
+    batches bigint[];
 BEGIN
     LOOP
         WITH taken AS (DELETE FROM job_queue_settling WHERE txid = me RETURNING *)
@@ -991,14 +982,38 @@ BEGIN
               FROM unnest(parents) AS p(id),
               LATERAL (SELECT child_id FROM job_queue_edges WHERE parent_id = p.id OFFSET 0) AS e
               GROUP BY e.child_id) AS per_child;
+        inserted := ARRAY(SELECT u.job_id FROM unnest(events) AS u
+                          WHERE u.event = 'inserted' ORDER BY u.job_id);
+        -- Once, as an array: an IN over the rows' arrays carries a fan-in's
+        -- whole array with each of its ids through a hash (gigabytes of
+        -- temporary files for a fan-in of 10,000).
+        wired := ARRAY(SELECT DISTINCT p FROM job_queue AS r, unnest(r.depends_on) AS p
+                       WHERE r.id = ANY(inserted));
+        batches := ARRAY(SELECT j.batch_id FROM job_queue AS j
+                         WHERE j.id = ANY(inserted) AND j.batch_id IS NOT NULL
+                         UNION
+                         SELECT u.job_id FROM unnest(events) AS u WHERE u.event = 'sealed');
         counts := ARRAY(
             SELECT unnest(children)
             UNION
             SELECT c.callback
-            FROM unnest(events) AS u
-            JOIN job_queue_batches AS b ON b.id = u.job_id,
+            FROM job_queue_batches AS b,
             LATERAL (VALUES (b.on_success), (b.on_complete)) AS c(callback)
-            WHERE u.event = 'sealed');
+            WHERE b.id = ANY(batches));
+        -- Every lock the round takes, before it changes anything, in one
+        -- order every committing writer shares:
+        --   the batches joined or sealed (a seal holds its batch's row from
+        --   its statement on: the members joining wait for its commit, or
+        --   see it sealed);
+        --   the job rows it writes: the parents of the rows inserted (a
+        --   parent ending meanwhile is seen ended, or waits for this commit
+        --   and then finds the new edge), and the rows whose counts change
+        --   (released or cancelled here);
+        --   the counts.
+        -- A commit waiting here holds nothing another commit needs, but the
+        -- rows its own statements wrote.
+        PERFORM FROM job_queue_batches WHERE id = ANY(batches) ORDER BY id FOR SHARE;
+        PERFORM FROM job_queue WHERE id = ANY(wired || counts) ORDER BY id FOR NO KEY UPDATE;
         PERFORM FROM job_queue_waits WHERE job_id = ANY(counts) ORDER BY job_id FOR UPDATE;
 
         IF NOT EXISTS (SELECT FROM unnest(events) AS u
@@ -1044,8 +1059,7 @@ BEGIN
             END LOOP;
         END IF;
 
-        PERFORM job_queue_wire(ARRAY(SELECT u.job_id FROM unnest(events) AS u
-                                     WHERE u.event = 'inserted' ORDER BY u.job_id));
+        PERFORM job_queue_wire(inserted, wired);
         FOREACH event IN ARRAY events LOOP
             IF event.event = 'sealed' THEN
                 PERFORM job_queue_batch_sealed(event.job_id);
@@ -1170,29 +1184,21 @@ CREATE FUNCTION public.job_queue_walk_next_key(of_kind text, after text, start t
 $$;
 
 --
--- Name: job_queue_wire(bigint[]); Type: FUNCTION; Schema: public
+-- Name: job_queue_wire(bigint[], bigint[]); Type: FUNCTION; Schema: public
 --
 
-CREATE FUNCTION public.job_queue_wire(inserted_ids bigint[]) RETURNS void
+CREATE FUNCTION public.job_queue_wire(inserted_ids bigint[], parents bigint[]) RETURNS void
     LANGUAGE plpgsql
     AS $$
 DECLARE
     bad record;
-    parents bigint[];
 BEGIN
     IF cardinality(inserted_ids) = 0 THEN
         RETURN;
     END IF;
-    -- Once, as an array: an IN over the rows' arrays carries a fan-in's
-    -- whole array with each of its ids through a hash (gigabytes of
-    -- temporary files for a fan-in of 10,000).
-    parents := ARRAY(SELECT DISTINCT p FROM job_queue AS r, unnest(r.depends_on) AS p
-                     WHERE r.id = ANY(inserted_ids));
-    -- In id order, as the completer's writes lock them: no deadlock between
-    -- an insert and the write that ends some of its parents. A parent
-    -- deleted meanwhile (by hand, by retention) is gone once locked, and the
-    -- row is refused rather than left waiting for a job that no longer is.
-    PERFORM FROM job_queue WHERE id = ANY(parents) ORDER BY id FOR NO KEY UPDATE;
+    -- The parents are locked (job_queue_settle): one deleted meanwhile (by
+    -- hand, by retention) is gone, and the row is refused rather than left
+    -- waiting for a job that no longer is.
     SELECT r.id, p.parent INTO bad
     FROM job_queue AS r, unnest(r.depends_on) AS p(parent)
     WHERE r.id = ANY(inserted_ids)
