@@ -29,7 +29,7 @@ from testbed.supervisors import ROOT
 
 MIGRATIONS = db.load_migrations()
 NEWEST = MIGRATIONS[-1]
-NEWEST_PATH = f"motir_supervisor/db/sql/migrations/{NEWEST.version:04d}_{NEWEST.name}.sql"
+NEWEST_PATHS = f"motir_supervisor/db/sql/migrations/{NEWEST.version:04d}_*.sql"
 
 #: The handlers both releases run: each run is recorded with the package that ran it.
 JOBS_MODULE = textwrap.dedent('''
@@ -86,9 +86,11 @@ def release_before_newest_migration() -> str:
     if shallow != "false":
         pytest.fail("the deploy overlap test needs the repository's history, and this clone"
                     " is shallow: run `git fetch --unshallow` (in CI, clone with full depth)")
-    added = git("log", "--diff-filter=A", "--format=%H", "-1", "--", NEWEST_PATH)
+    # The first commit that added a migration of the newest version (under
+    # whatever name it had before it shipped).
+    added = git("log", "--diff-filter=A", "--format=%H", "--", NEWEST_PATHS).split()
     # Not committed yet: the release before is the last commit.
-    return git("rev-parse", f"{added}^" if added else "HEAD")
+    return git("rev-parse", f"{added[-1]}^" if added else "HEAD")
 
 
 def unpack_package(commit: str, into: str) -> None:
