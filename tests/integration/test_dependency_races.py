@@ -81,8 +81,11 @@ FOR EACH ROW EXECUTE FUNCTION test_pause()"""
 def paused_commit(sql, database_url, opened):
     """Start opened's commit and hold it inside its settling, at its first
     change of a count (whose lock it then holds; other sessions are not
-    held); returns the gate, whose close lets it go on."""
-    sql.rows(PAUSE_COUNTS)
+    held); returns the gate, whose close lets it go on. A test whose open
+    transactions write counts creates the pause first (PAUSE_COUNTS): a
+    trigger waits for them to end."""
+    if not sql.value("SELECT EXISTS (SELECT FROM pg_trigger WHERE tgname = 'test_pause')"):
+        sql.rows(PAUSE_COUNTS)
     gate = Sql(database_url)
     gate.rows("SELECT pg_advisory_lock(4242)")
     opened.run("SET LOCAL test.pause = 'on'")
@@ -374,6 +377,48 @@ def test_a_seal_and_a_member_joining_with_an_end_cross_without_a_deadlock(databa
     # end was b's and went with it.
     assert states(sql, [*one[1:], *two[1:], x2]) == ["pending", "pending", "waiting",
                                                      "waiting", "pending"]
+
+
+def test_a_failure_reaching_a_grandchild_and_a_worker_s_end_cross_without_a_deadlock(
+        database_url, sql):
+    # c waits for p; g for c and q; d for p and q (g's id below d's). p
+    # fails: its commit takes c's and d's rows, and its walk cancels g too.
+    # A worker ends q: its commit takes g's row, then d's. Held after its
+    # locks, the failing commit must have taken g's already.
+    p, q = insert(sql), insert(sql)
+    c = insert(sql, depends_on=[p])
+    g = insert(sql, depends_on=[c, q])
+    d = insert(sql, depends_on=[p, q])
+    failing, worker = Open(database_url), Open(database_url)
+    failing.run(f"UPDATE job_queue SET {ENDED} WHERE id = %s", ("failed", p))
+    worker.run(f"UPDATE job_queue SET {ENDED} WHERE id = %s", ("succeeded", q))
+    gate = paused_commit(sql, database_url, failing)
+    worker.start_commit()
+    wait_until_blocked(sql, worker, lock_type="transactionid")
+    gate.close()
+    assert _commit_both(failing, worker) == [None, None]
+    assert states(sql, [c, g, d]) == ["cancelled", "cancelled", "cancelled"]
+
+
+def test_a_job_cancelled_by_hand_while_a_failure_walks_is_not_brought_back(database_url, sql):
+    # p -> c -> g. An operator cancels g, the transaction open, while p
+    # fails. The failure's commit waits for g's row, then finds g cancelled
+    # by hand: not the failure's to bring back when p is retried.
+    p = insert(sql)
+    c = insert(sql, depends_on=[p])
+    g = insert(sql, depends_on=[c])
+    by_hand, failing = Open(database_url), Open(database_url)
+    by_hand.run(f"UPDATE job_queue SET {ENDED} WHERE id = %s", ("cancelled", g))
+    failing.run(f"UPDATE job_queue SET {ENDED} WHERE id = %s", ("failed", p))
+    failing.start_commit()
+    wait_until_blocked(sql, failing, lock_type="transactionid")
+    by_hand.conn.commit()
+    by_hand.close()
+    failing.join()
+    assert failing.error is None
+    failing.close()
+    sql.rows(f"UPDATE job_queue SET {RETRIED} WHERE id = %s", (p,))
+    assert states(sql, [c, g]) == ["waiting", "cancelled"]
 
 
 def test_retention_keeps_a_cancelled_parent_a_retry_would_bring_back(sql, store):

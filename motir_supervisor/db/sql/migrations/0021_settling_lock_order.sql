@@ -3,8 +3,9 @@
 --
 -- Each round of job_queue_settle takes every lock it needs before it
 -- changes anything: the batches its rows join or it sealed, the job rows it
--- writes (the parents of the rows it inserted, and every row whose count it
--- changes), then those counts, the callbacks' of its batches included.
+-- writes (the parents of the rows it inserted, every row whose count it
+-- changes, and the descendants a failure's walk cancels or a retry brings
+-- back), then their counts, the callbacks' of its batches included.
 -- Taken later in the round, as job_queue_wire and job_queue_add_members
 -- took them, a commit that ended one job and inserted a child of another,
 -- or a member of another batch, held counts while it waited for a row that
@@ -148,6 +149,7 @@ DECLARE
     inserted bigint[];
     wired bigint[];
     batches bigint[];
+    below bigint[];
 BEGIN
     LOOP
         WITH taken AS (DELETE FROM job_queue_settling WHERE txid = me RETURNING *)
@@ -197,8 +199,32 @@ BEGIN
         -- A commit waiting here holds nothing another commit needs, but the
         -- rows its own statements wrote.
         PERFORM FROM job_queue_batches WHERE id = ANY(batches) ORDER BY id FOR SHARE;
-        PERFORM FROM job_queue WHERE id = ANY(wired || counts) ORDER BY id FOR NO KEY UPDATE;
-        PERFORM FROM job_queue_waits WHERE job_id = ANY(counts) ORDER BY job_id FOR UPDATE;
+        -- A failure's cancellation walk, and the rounds settling what it
+        -- cancels, write descendants deeper than the children; a revival
+        -- writes those its end cancelled: theirs are taken with the rest.
+        below := ARRAY(
+            WITH RECURSIVE descendants (id) AS (
+                SELECT e.child_id
+                FROM unnest(events) AS u,
+                LATERAL (SELECT child_id FROM job_queue_edges WHERE parent_id = u.job_id
+                         OFFSET 0) AS e
+                WHERE u.event IN ('failed', 'cancelled', 'deleted')
+              UNION
+                SELECT e.child_id
+                FROM descendants AS d,
+                LATERAL (SELECT child_id FROM job_queue_edges WHERE parent_id = d.id
+                         OFFSET 0) AS e
+            )
+            SELECT id FROM descendants
+            UNION
+            SELECT w.job_id
+            FROM unnest(events) AS u
+            JOIN job_queue_waits AS w ON w.cancelled_by = u.job_id
+            WHERE u.event = 'revived');
+        PERFORM FROM job_queue WHERE id = ANY(wired || counts || below)
+        ORDER BY id FOR NO KEY UPDATE;
+        PERFORM FROM job_queue_waits WHERE job_id = ANY(counts || below)
+        ORDER BY job_id FOR UPDATE;
 
         IF NOT EXISTS (SELECT FROM unnest(events) AS u
                        WHERE u.event NOT IN ('succeeded', 'inserted', 'sealed')) THEN
