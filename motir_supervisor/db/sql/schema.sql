@@ -1017,7 +1017,9 @@ BEGIN
         -- A failure's cancellation walk, and the rounds settling what it
         -- cancels, write descendants deeper than the children; a revival
         -- writes those its end cancelled: theirs are taken with the rest.
-        below := ARRAY(
+        below := CASE WHEN EXISTS (SELECT FROM unnest(events) AS u
+                                   WHERE u.event IN ('failed', 'cancelled', 'deleted', 'revived'))
+                 THEN ARRAY(
             WITH RECURSIVE descendants (id) AS (
                 SELECT e.child_id
                 FROM unnest(events) AS u,
@@ -1035,7 +1037,8 @@ BEGIN
             SELECT w.job_id
             FROM unnest(events) AS u
             JOIN job_queue_waits AS w ON w.cancelled_by = u.job_id
-            WHERE u.event = 'revived');
+            WHERE u.event = 'revived')
+                 ELSE '{}' END;
         PERFORM FROM job_queue WHERE id = ANY(wired || counts || below)
         ORDER BY id FOR NO KEY UPDATE;
         PERFORM FROM job_queue_waits WHERE job_id = ANY(counts || below)
