@@ -186,6 +186,32 @@ BEGIN
             FROM job_queue_batches AS b,
             LATERAL (VALUES (b.on_success), (b.on_complete)) AS c(callback)
             WHERE b.id = ANY(batches));
+        -- A failure's cancellation walk, and the rounds settling what it
+        -- cancels, write descendants deeper than the children; a revival
+        -- writes those its end cancelled.
+        below := '{}';
+        IF EXISTS (SELECT FROM unnest(events) AS u
+                   WHERE u.event IN ('failed', 'cancelled', 'deleted', 'revived')) THEN
+            below := ARRAY(
+                WITH RECURSIVE descendants (id) AS (
+                    SELECT e.child_id
+                    FROM unnest(events) AS u,
+                    LATERAL (SELECT child_id FROM job_queue_edges WHERE parent_id = u.job_id
+                             OFFSET 0) AS e
+                    WHERE u.event IN ('failed', 'cancelled', 'deleted')
+                  UNION
+                    SELECT e.child_id
+                    FROM descendants AS d,
+                    LATERAL (SELECT child_id FROM job_queue_edges WHERE parent_id = d.id
+                             OFFSET 0) AS e
+                )
+                SELECT id FROM descendants
+                UNION
+                SELECT w.job_id
+                FROM unnest(events) AS u
+                JOIN job_queue_waits AS w ON w.cancelled_by = u.job_id
+                WHERE u.event = 'revived');
+        END IF;
         -- Every lock the round takes, before it changes anything, in one
         -- order every committing writer shares:
         --   the batches joined or sealed (a seal holds its batch's row from
@@ -193,37 +219,12 @@ BEGIN
         --   see it sealed);
         --   the job rows it writes: the parents of the rows inserted (a
         --   parent ending meanwhile is seen ended, or waits for this commit
-        --   and then finds the new edge), and the rows whose counts change
-        --   (released or cancelled here);
-        --   the counts.
+        --   and then finds the new edge), the rows whose counts change
+        --   (released or cancelled here) and the descendants above;
+        --   their counts.
         -- A commit waiting here holds nothing another commit needs, but the
         -- rows its own statements wrote.
         PERFORM FROM job_queue_batches WHERE id = ANY(batches) ORDER BY id FOR SHARE;
-        -- A failure's cancellation walk, and the rounds settling what it
-        -- cancels, write descendants deeper than the children; a revival
-        -- writes those its end cancelled: theirs are taken with the rest.
-        below := CASE WHEN EXISTS (SELECT FROM unnest(events) AS u
-                                   WHERE u.event IN ('failed', 'cancelled', 'deleted', 'revived'))
-                 THEN ARRAY(
-            WITH RECURSIVE descendants (id) AS (
-                SELECT e.child_id
-                FROM unnest(events) AS u,
-                LATERAL (SELECT child_id FROM job_queue_edges WHERE parent_id = u.job_id
-                         OFFSET 0) AS e
-                WHERE u.event IN ('failed', 'cancelled', 'deleted')
-              UNION
-                SELECT e.child_id
-                FROM descendants AS d,
-                LATERAL (SELECT child_id FROM job_queue_edges WHERE parent_id = d.id
-                         OFFSET 0) AS e
-            )
-            SELECT id FROM descendants
-            UNION
-            SELECT w.job_id
-            FROM unnest(events) AS u
-            JOIN job_queue_waits AS w ON w.cancelled_by = u.job_id
-            WHERE u.event = 'revived')
-                 ELSE '{}' END;
         PERFORM FROM job_queue WHERE id = ANY(wired || counts || below)
         ORDER BY id FOR NO KEY UPDATE;
         PERFORM FROM job_queue_waits WHERE job_id = ANY(counts || below)
